@@ -1,0 +1,38 @@
+//! The HTTP server: health and readiness for Kubernetes probes, and a JSON
+//! view of what Foresight currently decides for each workload.
+
+use std::sync::Arc;
+
+use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Json, Router};
+use serde::Serialize;
+
+use crate::state::{Registry, WorkloadState};
+
+/// The HTTP routes, as a value (testable with `tower::ServiceExt::oneshot`).
+pub fn router(registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/api/v1/workloads", get(workloads))
+        .with_state(registry)
+}
+
+/// Ready once every workload has been decided at least once.
+async fn readyz(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
+    if registry.load().ready {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready: some workloads have no decision yet\n")
+    }
+}
+
+#[derive(Serialize)]
+struct WorkloadList<'a> {
+    workloads: Vec<&'a WorkloadState>,
+}
+
+async fn workloads(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
+    let snap = registry.load();
+    let list = WorkloadList { workloads: snap.workloads().into_iter().map(Arc::as_ref).collect() };
+    Json(serde_json::to_value(list).unwrap_or_default())
+}

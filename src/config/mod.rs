@@ -1,0 +1,328 @@
+//! Configuration: one YAML file says what Foresight listens on and which
+//! workloads it sizes.
+//!
+//! Two stages, as ripgrep does with its flags: [`raw`] mirrors the file
+//! exactly (serde, unknown keys rejected), and [`Settings`] is the validated,
+//! resolved form the rest of the program uses: defaults applied, profiles
+//! looked up, paths made absolute. Loading never binds a port or starts work.
+
+pub mod raw;
+pub mod yaml;
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+pub use yaml::YamlError;
+
+use crate::{
+    sizing::profile::{Profile, BUILTIN_PROFILES},
+    sources::{Signal, SourceConfig},
+};
+
+/// The demo configuration, compiled in: `foresight serve --demo`.
+pub const DEMO_CONFIG: &str = include_str!("../../deploy/local/foresight.yaml");
+const DEMO_ORIGIN: &str = "deploy/local/foresight.yaml (built in)";
+
+/// Everything that can be wrong with a config.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Bad YAML, a wrong type, an unknown or missing key (in the config or a profile).
+    #[error("{0}")]
+    Syntax(#[from] YamlError),
+    /// Well-formed, but values that do not make sense; every problem found.
+    #[error("{}", Problems(.0))]
+    Invalid(Vec<Problem>),
+}
+
+/// One invalid value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub origin: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.origin, self.field, self.message)
+    }
+}
+
+struct Problems<'a>(&'a [Problem]);
+
+impl fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where it came from (a path, or the built-in demo).
+    pub origin: String,
+    pub grpc: GrpcSettings,
+    pub http: HttpSettings,
+    pub tick_interval: Duration,
+    pub log_every_decision: bool,
+    pub workloads: Vec<Arc<Workload>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrpcSettings {
+    pub listen: SocketAddr,
+    pub tls: Option<TlsFiles>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsFiles {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// When set, client certificates signed by this CA are required (mTLS).
+    pub client_ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpSettings {
+    pub listen: SocketAddr,
+}
+
+/// One workload Foresight sizes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub name: String,
+    pub namespace: String,
+    pub profile: Profile,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub signals: Vec<Signal>,
+    pub target: Target,
+    pub activation_threshold: f64,
+    pub source: SourceConfig,
+}
+
+/// The signal a workload is sized on, and how much of it one replica handles.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Target {
+    pub signal: Signal,
+    pub per_replica: f64,
+}
+
+impl Workload {
+    /// `namespace/name`, the key the scaler looks workloads up by.
+    pub fn key(&self) -> String {
+        workload_key(&self.namespace, &self.name)
+    }
+}
+
+/// The lookup key of a workload.
+pub fn workload_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+impl Settings {
+    /// Load and validate a config file.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: origin.clone(), source })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Settings::from_yaml(&text, &origin, base)
+    }
+
+    /// The built-in demo: simulated vLLM fleets, loopback addresses.
+    pub fn demo() -> Result<Settings, ConfigError> {
+        Settings::from_yaml(DEMO_CONFIG, DEMO_ORIGIN, Path::new("."))
+    }
+
+    /// Validate config text; relative paths in it resolve against `base`.
+    pub fn from_yaml(text: &str, origin: &str, base: &Path) -> Result<Settings, ConfigError> {
+        let raw: raw::RawConfig = yaml::parse(text, origin)?;
+        let profiles = load_profiles(raw.models_dir.as_ref().map(|d| base.join(d)).as_deref())?;
+        validate(raw, origin, base, &profiles)
+    }
+}
+
+/// Built-in profiles, then those in `dir` (which override by name).
+fn load_profiles(dir: Option<&Path>) -> Result<BTreeMap<String, Profile>, ConfigError> {
+    let mut texts: Vec<(String, String)> = BUILTIN_PROFILES
+        .iter()
+        .map(|(file, text)| (format!("models/{file} (built in)"), text.to_string()))
+        .collect();
+    if let Some(dir) = dir {
+        let read_err = |source| ConfigError::Read { path: dir.display().to_string(), source };
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(read_err)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        files.sort();
+        for path in files {
+            let origin = path.display().to_string();
+            let text = std::fs::read_to_string(&path)
+                .map_err(|source| ConfigError::Read { path: origin.clone(), source })?;
+            texts.push((origin, text));
+        }
+    }
+    let mut out = BTreeMap::new();
+    let mut problems = Vec::new();
+    for (origin, text) in texts {
+        let profile: Profile = yaml::parse(&text, &origin)?;
+        problems.extend(profile.problems().into_iter().map(|(field, message)| Problem {
+            origin: origin.clone(),
+            field: field.to_string(),
+            message,
+        }));
+        out.insert(profile.name.clone(), profile);
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(ConfigError::Invalid(problems))
+    }
+}
+
+fn validate(
+    raw: raw::RawConfig,
+    origin: &str,
+    base: &Path,
+    profiles: &BTreeMap<String, Profile>,
+) -> Result<Settings, ConfigError> {
+    let mut problems = Vec::new();
+    let mut bad = |field: String, message: String| {
+        problems.push(Problem { origin: origin.to_string(), field, message });
+    };
+
+    if !(raw.tick_interval_secs.is_finite() && raw.tick_interval_secs >= 0.1) {
+        bad("tick_interval_secs".into(), format!("must be at least 0.1, got {}", raw.tick_interval_secs));
+    }
+    if raw.grpc.listen == raw.http.listen && raw.grpc.listen.port() != 0 {
+        bad("http.listen".into(), format!("is the same address as grpc.listen ({})", raw.grpc.listen));
+    }
+    let tls = raw.grpc.tls.map(|t| TlsFiles {
+        cert_file: base.join(t.cert_file),
+        key_file: base.join(t.key_file),
+        client_ca_file: t.client_ca_file.map(|p| base.join(p)),
+    });
+    if let Some(t) = &tls {
+        let files = [("grpc.tls.cert_file", Some(&t.cert_file)), ("grpc.tls.key_file", Some(&t.key_file))];
+        for (field, path) in files.into_iter().chain([("grpc.tls.client_ca_file", t.client_ca_file.as_ref())]) {
+            if let Some(path) = path.filter(|p| !p.is_file()) {
+                bad(field.into(), format!("no such file: {}", path.display()));
+            }
+        }
+    }
+    let d = &raw.defaults;
+    if d.min_replicas > d.max_replicas {
+        bad("defaults.min_replicas".into(), format!("{} exceeds defaults.max_replicas {}", d.min_replicas, d.max_replicas));
+    }
+    if raw.workloads.is_empty() {
+        bad("workloads".into(), "must list at least one workload".into());
+    }
+
+    let mut seen = HashSet::new();
+    let mut workloads = Vec::new();
+    for (i, w) in raw.workloads.into_iter().enumerate() {
+        let at = |field: &str| format!("workloads[{i}].{field}");
+        for (field, value) in [("name", &w.name), ("namespace", &w.namespace)] {
+            if let Err(why) = check_k8s_name(value) {
+                bad(at(field), why);
+            }
+        }
+        if !seen.insert(workload_key(&w.namespace, &w.name)) {
+            bad(at("name"), format!("workload `{}` appears twice in namespace `{}`", w.name, w.namespace));
+        }
+        let min_replicas = w.min_replicas.unwrap_or(d.min_replicas);
+        let max_replicas = w.max_replicas.unwrap_or(d.max_replicas);
+        if max_replicas == 0 {
+            bad(at("max_replicas"), "must be at least 1".into());
+        }
+        if min_replicas > max_replicas {
+            bad(at("min_replicas"), format!("{min_replicas} exceeds max_replicas {max_replicas}"));
+        }
+        let activation_threshold = w.activation_threshold.unwrap_or(d.activation_threshold);
+        if !(activation_threshold.is_finite() && activation_threshold >= 0.0) {
+            bad(at("activation_threshold"), format!("must be a finite number >= 0, got {activation_threshold}"));
+        }
+        let signals = w.signals.clone().unwrap_or_else(|| Signal::ALL.to_vec());
+        if !signals.contains(&w.target.signal) {
+            bad(at("target.signal"), format!("`{}` is not in this workload's signals", w.target.signal));
+        }
+        let SourceConfig::Demo(demo) = &w.source;
+        for (field, message) in demo.problems() {
+            bad(at(&format!("source.demo.{field}")), message);
+        }
+        let Some(profile) = profiles.get(&w.model) else {
+            let known: Vec<&str> = profiles.keys().map(String::as_str).collect();
+            bad(at("model"), format!("unknown model profile `{}`; known: {}", w.model, known.join(", ")));
+            continue;
+        };
+        let per_replica = match (w.target.per_replica, w.target.signal) {
+            (Some(v), _) => v,
+            (None, Signal::Concurrency) => profile.concurrency_per_replica,
+            (None, other) => {
+                bad(at("target.per_replica"), format!("is required for signal `{other}` (the profile gives a default only for `concurrency`)"));
+                continue;
+            }
+        };
+        if !(per_replica.is_finite() && per_replica > 0.0) {
+            bad(at("target.per_replica"), format!("must be a finite number > 0, got {per_replica}"));
+        }
+        workloads.push(Arc::new(Workload {
+            name: w.name,
+            namespace: w.namespace,
+            profile: profile.clone(),
+            min_replicas,
+            max_replicas,
+            signals,
+            target: Target { signal: w.target.signal, per_replica },
+            activation_threshold,
+            source: w.source,
+        }));
+    }
+
+    if !problems.is_empty() {
+        return Err(ConfigError::Invalid(problems));
+    }
+    Ok(Settings {
+        origin: origin.to_string(),
+        grpc: GrpcSettings { listen: raw.grpc.listen, tls },
+        http: HttpSettings { listen: raw.http.listen },
+        tick_interval: Duration::from_secs_f64(raw.tick_interval_secs),
+        log_every_decision: raw.log_every_decision,
+        workloads,
+    })
+}
+
+/// Kubernetes object names: DNS-1123 subdomain (lowercase alphanumerics, `-`, `.`).
+fn check_k8s_name(s: &str) -> Result<(), String> {
+    let ok_chars = s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    let ok_ends = s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    if s.is_empty() || s.len() > 253 || !ok_chars || !ok_ends {
+        return Err(format!(
+            "`{s}` is not a valid Kubernetes name (lowercase letters, digits, `-` and `.`, starting and ending alphanumeric)"
+        ));
+    }
+    Ok(())
+}

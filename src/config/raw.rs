@@ -1,0 +1,147 @@
+//! The config file as the user wrote it. Every struct denies unknown keys, so
+//! a typo is an error instead of a silently ignored setting. Defaults are
+//! functions; units are in the field names.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use serde::Deserialize;
+
+use crate::sources::{Signal, SourceConfig};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// The KEDA external scaler (gRPC) server.
+    #[serde(default)]
+    pub grpc: RawGrpc,
+    /// The HTTP server (health, API).
+    #[serde(default)]
+    pub http: RawHttp,
+    /// How often sources are polled and decisions recomputed.
+    #[serde(default = "default_tick_interval_secs")]
+    pub tick_interval_secs: f64,
+    /// Log every workload's decision every tick at INFO (default: only changes).
+    #[serde(default)]
+    pub log_every_decision: bool,
+    /// Directory of extra capacity profiles (`*.yaml`), relative to this file.
+    #[serde(default)]
+    pub models_dir: Option<PathBuf>,
+    /// Values a workload takes when it does not set them.
+    #[serde(default)]
+    pub defaults: RawDefaults,
+    /// The workloads Foresight sizes.
+    pub workloads: Vec<RawWorkload>,
+}
+
+fn default_tick_interval_secs() -> f64 {
+    10.0
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGrpc {
+    #[serde(default = "default_grpc_listen")]
+    pub listen: SocketAddr,
+    /// Serve TLS instead of plaintext h2c.
+    #[serde(default)]
+    pub tls: Option<RawTls>,
+}
+
+impl Default for RawGrpc {
+    fn default() -> Self {
+        RawGrpc { listen: default_grpc_listen(), tls: None }
+    }
+}
+
+fn default_grpc_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 6000))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// PEM certificate chain of this server.
+    pub cert_file: PathBuf,
+    /// PEM private key of this server.
+    pub key_file: PathBuf,
+    /// PEM CA bundle; when set, clients must present a certificate it signed (mTLS).
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    #[serde(default = "default_http_listen")]
+    pub listen: SocketAddr,
+}
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        RawHttp { listen: default_http_listen() }
+    }
+}
+
+fn default_http_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDefaults {
+    #[serde(default)]
+    pub min_replicas: u32,
+    #[serde(default = "default_max_replicas")]
+    pub max_replicas: u32,
+    #[serde(default)]
+    pub activation_threshold: f64,
+}
+
+impl Default for RawDefaults {
+    fn default() -> Self {
+        RawDefaults { min_replicas: 0, max_replicas: default_max_replicas(), activation_threshold: 0.0 }
+    }
+}
+
+fn default_max_replicas() -> u32 {
+    10
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkload {
+    /// Workload name; a ScaledObject selects it with trigger metadata `workload`.
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Capacity profile name (a file in `models/` or `models_dir`).
+    pub model: String,
+    #[serde(default)]
+    pub min_replicas: Option<u32>,
+    #[serde(default)]
+    pub max_replicas: Option<u32>,
+    /// Signals to read; default: all the source offers.
+    #[serde(default)]
+    pub signals: Option<Vec<Signal>>,
+    /// The signal replicas are sized on, and what one replica handles.
+    pub target: RawTarget,
+    #[serde(default)]
+    pub activation_threshold: Option<f64>,
+    /// Where the signals come from, as a one-key map: `source: {demo: {...}}`.
+    #[serde(with = "serde_yaml_ng::with::singleton_map")]
+    pub source: SourceConfig,
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTarget {
+    pub signal: Signal,
+    /// Signal units one replica handles; default for `concurrency`: the
+    /// profile's `concurrency_per_replica`.
+    #[serde(default)]
+    pub per_replica: Option<f64>,
+}

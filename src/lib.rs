@@ -1,0 +1,21 @@
+//! Foresight: a predictive autoscaler for LLM inference on Kubernetes.
+//!
+//! Data flows `sources` (pull signals) -> `engine` (decide each tick, using
+//! `sizing`) -> `state` (precomputed answers) -> `scaler` (KEDA gRPC) and
+//! `api` (HTTP). `config` is the one typed, validated input.
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod engine;
+pub mod scaler;
+pub mod sizing;
+pub mod sources;
+pub mod state;
+pub mod telemetry;
+pub mod time;
+
+/// Code generated from `proto/externalscaler.proto`.
+pub mod proto {
+    tonic::include_proto!("externalscaler");
+}

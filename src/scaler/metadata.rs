@@ -1,0 +1,124 @@
+//! Reading a ScaledObject's trigger metadata.
+//!
+//! KEDA forwards every trigger metadata entry (its own `scalerAddress`
+//! included), so unknown keys are allowed; only Foresight's own keys are
+//! checked, and a bad one is an INVALID_ARGUMENT that names it.
+
+use tonic::Status;
+
+use crate::proto::ScaledObjectRef;
+
+/// Metadata key naming the Foresight workload (required).
+pub const KEY_WORKLOAD: &str = "workload";
+/// Metadata key for the workload's namespace (default: the ScaledObject's).
+pub const KEY_NAMESPACE: &str = "namespace";
+/// Metadata key choosing the metric encoding (default `replicas`).
+pub const KEY_ENCODING: &str = "encoding";
+
+/// How the answer is encoded for the HPA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// Value = desired replicas, target 1: the HPA's ceil(value / target) is the answer itself.
+    Replicas,
+    /// Value = load in signal units, target = what one replica handles.
+    Load,
+}
+
+/// What a ScaledObject asks about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    pub namespace: String,
+    pub workload: String,
+    pub encoding: Encoding,
+}
+
+impl Query {
+    pub fn key(&self) -> String {
+        crate::config::workload_key(&self.namespace, &self.workload)
+    }
+}
+
+/// Parse a ScaledObjectRef's metadata.
+pub fn parse(r: &ScaledObjectRef) -> Result<Query, Status> {
+    let md = &r.scaler_metadata;
+    let workload = md.get(KEY_WORKLOAD).map(|s| s.trim()).unwrap_or_default();
+    if workload.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "trigger metadata is missing required key `{KEY_WORKLOAD}` (the Foresight workload this ScaledObject scales)"
+        )));
+    }
+    let namespace = match md.get(KEY_NAMESPACE).map(|s| s.trim()) {
+        Some(ns) if !ns.is_empty() => ns,
+        _ if !r.namespace.is_empty() => r.namespace.as_str(),
+        _ => "default",
+    };
+    let encoding = match md.get(KEY_ENCODING).map(|s| s.trim()) {
+        None | Some("") => Encoding::Replicas,
+        Some(e) if e.eq_ignore_ascii_case("replicas") => Encoding::Replicas,
+        Some(e) if e.eq_ignore_ascii_case("load") => Encoding::Load,
+        Some(other) => {
+            return Err(Status::invalid_argument(format!(
+                "trigger metadata key `{KEY_ENCODING}` must be `replicas` or `load`, got `{other}`"
+            )))
+        }
+    };
+    Ok(Query { namespace: namespace.to_string(), workload: workload.to_string(), encoding })
+}
+
+/// Does the metric name KEDA asks for match `served`? Case-insensitive
+/// (KEDA issue #4954), and tolerant of the `s<index>-` prefix KEDA adds for
+/// the HPA in case it is not stripped.
+pub fn metric_matches(requested: &str, served: &str) -> bool {
+    if requested.eq_ignore_ascii_case(served) {
+        return true;
+    }
+    let Some(rest) = requested.strip_prefix(['s', 'S']) else { return false };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && rest[digits..].strip_prefix('-').is_some_and(|r| r.eq_ignore_ascii_case(served))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(ns: &str, kv: &[(&str, &str)]) -> ScaledObjectRef {
+        ScaledObjectRef {
+            name: "so".into(),
+            namespace: ns.into(),
+            scaler_metadata: kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn namespace_falls_back_to_the_scaled_object_then_default() {
+        let q = parse(&r("inference", &[("workload", "a"), ("scalerAddress", "x:6000")])).unwrap();
+        assert_eq!((q.namespace.as_str(), q.encoding), ("inference", Encoding::Replicas));
+        let q = parse(&r("inference", &[("workload", "a"), ("namespace", "other")])).unwrap();
+        assert_eq!(q.namespace, "other");
+        assert_eq!(parse(&r("", &[("workload", "a")])).unwrap().namespace, "default");
+    }
+
+    #[test]
+    fn bad_metadata_names_the_key() {
+        for md in [&[][..], &[("workload", " ")][..]] {
+            let e = parse(&r("ns", md)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().contains("`workload`"), "{}", e.message());
+        }
+        let e = parse(&r("ns", &[("workload", "a"), ("encoding", "qps")])).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().contains("`encoding`") && e.message().contains("qps"));
+        assert_eq!(parse(&r("ns", &[("workload", "a"), ("encoding", "LOAD")])).unwrap().encoding, Encoding::Load);
+    }
+
+    #[test]
+    fn metric_names_match_case_insensitively_with_or_without_prefix() {
+        let served = "foresight-llama-8b-replicas";
+        for ok in [served, "Foresight-Llama-8B-Replicas", "s0-foresight-llama-8b-replicas", "S12-FORESIGHT-llama-8b-replicas"] {
+            assert!(metric_matches(ok, served), "{ok}");
+        }
+        for bad in ["foresight-llama-8b", "s-foresight-llama-8b-replicas", "sx-foresight-llama-8b-replicas", ""] {
+            assert!(!metric_matches(bad, served), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! Sizing: how many replicas a workload needs. Pure decision code: data in,
+//! data out, no I/O and no clock, so every rule is testable with tables.
+//!
+//! - [`profile`]: per-model capacity profiles (the YAML files in `models/`).
+//! - [`reactive`]: the reactive policy, desired = ceil(signal / per-replica
+//!   target); the answer until a forecast exists, and the fallback after.
+
+pub mod profile;
+pub mod reactive;
+
+use serde::Serialize;
+
+/// Which policy produced a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    Reactive,
+}
+
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Reactive => "reactive",
+        }
+    }
+}

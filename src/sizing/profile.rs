@@ -1,0 +1,95 @@
+//! Capacity profiles: what one replica of a served model needs and sustains.
+//!
+//! One YAML file per model in `models/`. The files shipped there are compiled
+//! into the binary; a `models_dir` in config adds to them and overrides a
+//! built-in profile of the same name.
+
+use serde::{Deserialize, Serialize};
+
+/// One served model's capacity profile.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Name workloads refer to (`model:` in a workload).
+    pub name: String,
+    /// GPU product the figures were measured on (e.g. `nvidia-h100-80gb`).
+    pub gpu_type: String,
+    /// GPUs one replica uses (tensor parallel x pipeline parallel).
+    pub gpus_per_replica: u32,
+    /// Nodes one replica spans.
+    #[serde(default = "one")]
+    pub nodes_per_replica: u32,
+    /// In-flight requests one replica sustains within its latency SLO.
+    pub concurrency_per_replica: f64,
+    /// Time from "scale up" to "serving", by stage.
+    pub cold_start_secs: ColdStart,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Cold-start stages of a new replica, in seconds.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColdStart {
+    /// A new GPU node joining the cluster (0 when a warm node is free).
+    #[serde(default)]
+    pub node_boot: f64,
+    /// Pulling the serving image.
+    #[serde(default)]
+    pub image_pull: f64,
+    /// Loading weights onto the GPUs and warming up the engine.
+    #[serde(default)]
+    pub weights_load: f64,
+}
+
+impl ColdStart {
+    /// Total time from decision to serving on a node that has to boot.
+    pub fn total_secs(&self) -> f64 {
+        self.node_boot + self.image_pull + self.weights_load
+    }
+}
+
+impl Profile {
+    /// Problems with the profile's values, as (field, message) pairs.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if self.name.trim().is_empty() {
+            out.push(("name", "must not be empty".into()));
+        }
+        if self.gpus_per_replica == 0 {
+            out.push(("gpus_per_replica", "must be at least 1".into()));
+        }
+        if self.nodes_per_replica == 0 {
+            out.push(("nodes_per_replica", "must be at least 1".into()));
+        } else if self.gpus_per_replica % self.nodes_per_replica != 0 {
+            out.push((
+                "gpus_per_replica",
+                format!(
+                    "{} GPUs cannot be split evenly over {} nodes",
+                    self.gpus_per_replica, self.nodes_per_replica
+                ),
+            ));
+        }
+        if !(self.concurrency_per_replica.is_finite() && self.concurrency_per_replica > 0.0) {
+            out.push((
+                "concurrency_per_replica",
+                format!("must be a finite number > 0, got {}", self.concurrency_per_replica),
+            ));
+        }
+        let c = &self.cold_start_secs;
+        for (field, v) in [
+            ("cold_start_secs.node_boot", c.node_boot),
+            ("cold_start_secs.image_pull", c.image_pull),
+            ("cold_start_secs.weights_load", c.weights_load),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                out.push((field, format!("must be a finite number >= 0, got {v}")));
+            }
+        }
+        out
+    }
+}
+
+include!(concat!(env!("OUT_DIR"), "/builtin_profiles.rs"));

@@ -1,0 +1,163 @@
+//! The precomputed answers: per-workload state that the scaler and the HTTP
+//! API read, and that only the control loop writes.
+//!
+//! Readers never compute: a request looks its workload up in an immutable
+//! [`Snapshot`] (one atomic load, one hash lookup). The control loop publishes
+//! a whole new snapshot each tick, and a `watch` channel tells the streaming
+//! RPCs that something may have changed.
+
+use std::{collections::HashMap, sync::Arc, time::SystemTime};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::{config::Workload, sizing::reactive::Decision, sources::Signal};
+
+/// What Foresight currently says about one workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadState {
+    pub namespace: String,
+    pub name: String,
+    pub model: String,
+    pub signal: Signal,
+    /// Signal units one replica handles (the target of the `load` encoding).
+    pub per_replica: f64,
+    /// Metric names served for this workload, lowercase.
+    pub metrics: MetricNames,
+    /// The latest decision; `None` until a usable signal has been read.
+    pub decision: Option<Decision>,
+    /// When the decision was made.
+    #[serde(serialize_with = "ser_time")]
+    pub decided_at: Option<SystemTime>,
+    /// Why the latest poll gave no decision, if it did not.
+    pub error: Option<String>,
+}
+
+/// The metric names of the two encodings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricNames {
+    /// Value = desired replicas, target 1.
+    pub replicas: String,
+    /// Value = load in signal units, target = per-replica capacity.
+    pub load: String,
+}
+
+impl WorkloadState {
+    /// State for a workload that has not been polled yet.
+    pub fn new(w: &Workload) -> Self {
+        WorkloadState {
+            namespace: w.namespace.clone(),
+            name: w.name.clone(),
+            model: w.profile.name.clone(),
+            signal: w.target.signal,
+            per_replica: w.target.per_replica,
+            metrics: MetricNames {
+                replicas: metric_name(&w.name, "replicas"),
+                load: metric_name(&w.name, w.target.signal.as_str()),
+            },
+            decision: None,
+            decided_at: None,
+            error: None,
+        }
+    }
+}
+
+/// `foresight-<workload>-<suffix>`, lowercase, with anything outside
+/// `[a-z0-9-]` turned into `-` (KEDA and the HPA want DNS-like metric names).
+fn metric_name(workload: &str, suffix: &str) -> String {
+    format!("foresight-{workload}-{suffix}")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .collect()
+}
+
+fn ser_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_some(&crate::time::rfc3339(*t)),
+        None => s.serialize_none(),
+    }
+}
+
+/// An immutable view of every workload at one moment.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Bumped on every publish.
+    pub generation: u64,
+    /// True once every workload has been polled at least once.
+    pub ready: bool,
+    by_key: HashMap<String, Arc<WorkloadState>>,
+    /// Workload name -> namespaces it is configured in, for error messages.
+    namespaces_of: HashMap<String, Vec<String>>,
+}
+
+impl Snapshot {
+    pub fn get(&self, key: &str) -> Option<&Arc<WorkloadState>> {
+        self.by_key.get(key)
+    }
+
+    /// Namespaces a workload of this name exists in.
+    pub fn namespaces_of(&self, name: &str) -> &[String] {
+        self.namespaces_of.get(name).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// All workloads, sorted by namespace then name.
+    pub fn workloads(&self) -> Vec<&Arc<WorkloadState>> {
+        let mut v: Vec<_> = self.by_key.values().collect();
+        v.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        v
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}
+
+/// The shared, swappable snapshot plus change notification.
+#[derive(Debug)]
+pub struct Registry {
+    current: ArcSwap<Snapshot>,
+    changed: watch::Sender<u64>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry { current: ArcSwap::from_pointee(Snapshot::default()), changed: watch::channel(0).0 }
+    }
+}
+
+impl Registry {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Registry::default())
+    }
+
+    /// The current snapshot: cheap, lock-free.
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// Replace every workload's state at once and wake the streams.
+    pub fn publish(&self, states: Vec<WorkloadState>, ready: bool) {
+        let generation = self.current.load().generation + 1;
+        let mut by_key = HashMap::with_capacity(states.len());
+        let mut namespaces_of: HashMap<String, Vec<String>> = HashMap::new();
+        for s in states {
+            namespaces_of.entry(s.name.clone()).or_default().push(s.namespace.clone());
+            by_key.insert(crate::config::workload_key(&s.namespace, &s.name), Arc::new(s));
+        }
+        for v in namespaces_of.values_mut() {
+            v.sort();
+        }
+        self.current.store(Arc::new(Snapshot { generation, ready, by_key, namespaces_of }));
+        self.changed.send_replace(generation);
+    }
+
+    /// A receiver that wakes on every publish.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
