@@ -5,7 +5,7 @@
 use std::{path::PathBuf, time::Duration, time::SystemTime};
 
 use anyhow::Context as _;
-use tokio::{net::TcpListener, sync::mpsc};
+use tokio::{net::TcpListener, sync::mpsc, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -59,33 +59,43 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     let (reload_tx, reload_rx) = mpsc::channel(1);
     tokio::spawn(watch_signals(source, settings.clone(), reload_tx, shutdown.clone()));
 
-    let grpc = tokio::spawn(scaler::serve(grpc_listener, tls, registry.clone(), shutdown.clone()));
-    let http_shutdown = shutdown.clone();
-    let http = tokio::spawn(async move {
-        axum::serve(http_listener, crate::api::router(registry))
-            .with_graceful_shutdown(http_shutdown.cancelled_owned())
+    let mut tasks = JoinSet::new();
+    let (r, sd) = (registry.clone(), shutdown.clone());
+    tasks.spawn(async move { ("gRPC server", scaler::serve(grpc_listener, tls, r, sd).await) });
+    let sd = shutdown.clone();
+    tasks.spawn(async move {
+        let served = axum::serve(http_listener, crate::api::router(registry))
+            .with_graceful_shutdown(sd.cancelled_owned())
             .await
-            .context("HTTP server")
+            .context("HTTP server");
+        ("HTTP server", served)
     });
-    let engine = tokio::spawn(engine.run(settings, reload_rx, shutdown.clone()));
+    let sd = shutdown.clone();
+    tasks.spawn(async move {
+        engine.run(settings, reload_rx, sd).await;
+        ("control loop", Ok(()))
+    });
 
-    // A server that dies takes the process down with it: half a scaler is worse than none.
-    let servers = async {
-        tokio::select! {
-            r = grpc => r.context("gRPC task")?,
-            r = http => r.context("HTTP task")?,
-        }
-    };
+    // A task that ends before shutdown takes the process down: half a scaler is worse than none.
     tokio::select! {
-        r = servers => {
+        Some(ended) = tasks.join_next() => if !shutdown.is_cancelled() {
             shutdown.cancel();
-            return r.and_then(|()| anyhow::bail!("a server stopped unexpectedly"));
-        }
+            let (name, result) = ended.context("a task panicked")?;
+            result.with_context(|| format!("{name} failed"))?;
+            anyhow::bail!("{name} stopped unexpectedly");
+        },
         _ = shutdown.cancelled() => {}
     }
     info!(grace_secs = GRACE.as_secs(), "shutting down");
-    if tokio::time::timeout(GRACE, engine).await.is_err() {
-        warn!("control loop did not stop within the grace period");
+    let drain = async {
+        while let Some(ended) = tasks.join_next().await {
+            if let Ok((name, Err(e))) = ended {
+                warn!(task = name, error = %format!("{e:#}"), "error while stopping");
+            }
+        }
+    };
+    if tokio::time::timeout(GRACE, drain).await.is_err() {
+        warn!("in-flight work did not finish within the grace period");
     }
     info!("stopped");
     Ok(())

@@ -50,9 +50,11 @@ pub fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, YamlErr
         if let Some(i) = message.find(" at line ") {
             message.truncate(i);
         }
-        // The path already names the field: drop serde_yaml_ng's own "field: " prefix.
-        if let Some(rest) = message.strip_prefix(&format!("{field}: ")) {
-            message = rest.to_string();
+        // serde_yaml_ng may prefix its own (shorter) path: ours is printed already.
+        if let Some((head, rest)) = message.split_once(": ") {
+            if !head.is_empty() && !head.contains(' ') && field.starts_with(head) {
+                message = rest.to_string();
+            }
         }
         YamlError {
             origin: origin.to_string(),

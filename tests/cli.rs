@@ -1,0 +1,155 @@
+//! The command line as a user meets it: `--help`, `check-config` on good and
+//! bad files, and `serve` refusing to start on a bad config.
+
+mod common;
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(common::bin()).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn check(yaml: &str) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let (code, out, err) = run(&["check-config", path.to_str().unwrap()]);
+    (code, out, err.replace(path.to_str().unwrap(), "FILE"))
+}
+
+const GOOD: &str = "workloads:
+  - name: llama-8b
+    model: llama-3.1-8b-h100
+    target: {signal: concurrency}
+    source: {demo: {peak_concurrency: 10}}
+";
+
+#[test]
+fn help_lists_the_commands() {
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    for cmd in ["serve", "check-config"] {
+        assert!(out.contains(cmd), "{out}");
+    }
+}
+
+#[test]
+fn a_good_config_is_summarised() {
+    let (code, out, err) = check(GOOD);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("workload default/llama-8b: model llama-3.1-8b-h100, replicas 0..=10, sized on concurrency at 32 per replica"), "{out}");
+}
+
+#[test]
+fn the_shipped_demo_config_is_valid() {
+    let (code, _, err) = run(&["check-config", concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/local/foresight.yaml")]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn typos_and_wrong_types_name_file_line_and_field() {
+    let cases = [
+        // an unknown top-level key
+        (GOOD.replace("workloads:", "tick_intervl_secs: 5\nworkloads:"), "FILE:1:1: tick_intervl_secs: unknown field `tick_intervl_secs`, expected one of"),
+        // an unknown key inside a workload
+        (GOOD.replace("    model:", "    modle: x\n    model:"), "FILE:3:5: workloads[0].modle: unknown field `modle`, expected one of `name`"),
+        // a wrong type
+        (GOOD.replace("peak_concurrency: 10", "peak_concurrency: lots"), "FILE:5:39: workloads[0].source.demo.peak_concurrency: invalid type: string \"lots\", expected f64"),
+        // an unknown signal
+        (GOOD.replace("signal: concurrency", "signal: qps"), "FILE:4:22: workloads[0].target.signal: unknown variant `qps`"),
+        // an unknown source kind
+        (GOOD.replace("{demo:", "{vllm:"), "FILE:5:14: workloads[0].source.vllm: unknown variant `vllm`, expected `demo`"),
+        // a missing required key
+        (GOOD.replace("    model: llama-3.1-8b-h100\n", ""), "FILE:2:5: workloads[0]: missing field `model`"),
+        // not YAML at all
+        ("workloads: [".to_string(), "FILE:2:1: workloads: did not find expected node content"),
+    ];
+    for (yaml, want) in cases {
+        let (code, _, err) = check(&yaml);
+        assert_eq!(code, 1, "{yaml}");
+        assert!(err.contains(want), "want {want:?} in:\n{err}");
+    }
+}
+
+#[test]
+fn invalid_values_are_all_reported_with_their_field() {
+    let yaml = "tick_interval_secs: .nan
+workloads:
+  - name: Llama_8B
+    model: llama-9b
+    target: {signal: concurrency}
+    source: {demo: {peak_concurrency: 10}}
+  - name: ok
+    model: llama-3.1-8b-h100
+    min_replicas: 5
+    max_replicas: 2
+    signals: [queue_depth]
+    target: {signal: concurrency}
+    source: {demo: {peak_concurrency: -1}}
+";
+    let (code, _, err) = check(yaml);
+    assert_eq!(code, 1);
+    for want in [
+        "FILE: tick_interval_secs: must be at least 0.1, got NaN",
+        "FILE: workloads[0].name: `Llama_8B` is not a valid Kubernetes name",
+        "FILE: workloads[0].model: unknown model profile `llama-9b`; known: llama-3.1-405b-h100-2node, llama-3.1-70b-h100-tp4, llama-3.1-8b-h100",
+        "FILE: workloads[1].min_replicas: 5 exceeds max_replicas 2",
+        "FILE: workloads[1].target.signal: `concurrency` is not in this workload's signals",
+        "FILE: workloads[1].source.demo.peak_concurrency: must be a finite number >= 0, got -1",
+    ] {
+        assert!(err.contains(want), "want {want:?} in:\n{err}");
+    }
+}
+
+#[test]
+fn duplicate_workloads_and_missing_files_are_errors() {
+    let dup = format!("{GOOD}{}", &GOOD["workloads:\n".len()..]);
+    let (code, _, err) = check(&dup);
+    assert_eq!(code, 1);
+    assert!(err.contains("workloads[1].name: workload `llama-8b` appears twice in namespace `default`"), "{err}");
+
+    let tls = GOOD.replace("workloads:", "grpc:\n  tls: {cert_file: nope.pem, key_file: nope.key}\nworkloads:");
+    let (code, _, err) = check(&tls);
+    assert_eq!(code, 1);
+    assert!(err.contains("grpc.tls.cert_file: no such file:") && err.contains("grpc.tls.key_file: no such file:"), "{err}");
+
+    let (code, _, err) = run(&["check-config", "/nonexistent/foresight.yaml"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/foresight.yaml: cannot read"), "{err}");
+}
+
+#[test]
+fn a_bad_profile_in_models_dir_names_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("models")).unwrap();
+    std::fs::write(
+        dir.path().join("models/mine.yaml"),
+        "name: mine\ngpu_type: l4\ngpus_per_replica: 3\nnodes_per_replica: 2\nconcurrency_per_replica: 8\ncold_start_secs: {image_pull: 30}\n",
+    )
+    .unwrap();
+    let cfg = dir.path().join("f.yaml");
+    std::fs::write(&cfg, format!("models_dir: models\n{}", GOOD.replace("llama-3.1-8b-h100", "mine"))).unwrap();
+    let (code, _, err) = run(&["check-config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("models/mine.yaml: gpus_per_replica: 3 GPUs cannot be split evenly over 2 nodes"), "{err}");
+}
+
+#[test]
+fn serve_refuses_a_bad_config_and_needs_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.yaml");
+    std::fs::write(&path, GOOD.replace("model:", "modle:")).unwrap();
+    let (code, _, err) = run(&["serve", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown field `modle`"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    let (code, _, err) = run(&["serve"]);
+    assert_eq!(code, 2, "clap usage error");
+    assert!(err.contains("--config"), "{err}");
+}

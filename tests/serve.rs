@@ -1,0 +1,130 @@
+//! `foresight serve` as a process: TLS and mTLS on the scaler port, SIGHUP
+//! reloads that reach open streams, and a clean exit on SIGTERM.
+
+mod common;
+
+use std::{collections::HashMap, path::Path, time::Duration};
+
+use common::Server;
+use foresight::proto::{external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef};
+use tokio_stream::StreamExt;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+fn so(workload: &str, encoding: &str) -> ScaledObjectRef {
+    let md: HashMap<String, String> = [("scalerAddress", "127.0.0.1:6000"), ("workload", workload), ("encoding", encoding)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    ScaledObjectRef { name: "so".into(), namespace: "inference".into(), scaler_metadata: md }
+}
+
+fn tls_config(dir: &Path, client_ca: bool) -> String {
+    let ca = if client_ca { format!("\n    client_ca_file: {}/ca.pem", dir.display()) } else { String::new() };
+    common::KNOWN_ANSWERS.replacen(
+        "grpc:\n  listen: 127.0.0.1:0",
+        &format!("grpc:\n  listen: 127.0.0.1:0\n  tls:\n    cert_file: server.pem\n    key_file: server.key{ca}"),
+        1,
+    )
+}
+
+async fn tls_client(s: &Server, dir: &Path, identity: Option<&str>) -> Result<ExternalScalerClient<Channel>, tonic::transport::Error> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(dir.join("ca.pem")).unwrap()))
+        .domain_name("localhost");
+    if let Some(name) = identity {
+        let read = |ext: &str| std::fs::read(dir.join(format!("{name}.{ext}"))).unwrap();
+        tls = tls.identity(Identity::from_pem(read("pem"), read("key")));
+    }
+    let channel = Channel::from_shared(format!("https://{}", s.grpc)).unwrap().tls_config(tls)?.connect().await?;
+    Ok(ExternalScalerClient::new(channel))
+}
+
+async fn replicas(client: &mut ExternalScalerClient<Channel>) -> Result<f64, tonic::Status> {
+    let r = client
+        .get_metrics(GetMetricsRequest { scaled_object_ref: Some(so("llama-8b", "replicas")), metric_name: "foresight-llama-8b-replicas".into() })
+        .await?;
+    Ok(r.into_inner().metric_values[0].metric_value_float)
+}
+
+#[tokio::test]
+async fn tls_serves_clients_that_trust_the_ca_and_refuses_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_pki(dir.path());
+    let s = Server::start(dir.path(), &tls_config(dir.path(), false));
+    let mut client = tls_client(&s, dir.path(), None).await.unwrap();
+    assert_eq!(replicas(&mut client).await.unwrap(), 4.0);
+
+    let plain = ExternalScalerClient::connect(s.grpc_url()).await;
+    let refused = match plain {
+        Err(_) => true,
+        Ok(mut c) => replicas(&mut c).await.is_err(),
+    };
+    assert!(refused, "a plaintext client must not get an answer from a TLS server");
+}
+
+#[tokio::test]
+async fn mtls_requires_a_client_certificate_from_the_trusted_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_pki(dir.path());
+    let s = Server::start(dir.path(), &tls_config(dir.path(), true));
+    let mut good = tls_client(&s, dir.path(), Some("client")).await.unwrap();
+    assert_eq!(replicas(&mut good).await.unwrap(), 4.0);
+
+    for who in [None, Some("rogue")] {
+        let outcome = match tls_client(&s, dir.path(), who).await {
+            Err(_) => Err(()),
+            Ok(mut c) => replicas(&mut c).await.map_err(|_| ()),
+        };
+        assert!(outcome.is_err(), "client {who:?} must be refused, got {outcome:?}");
+    }
+}
+
+async fn next<T>(stream: &mut tonic::Streaming<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("a message").unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn sighup_reloads_config_and_open_streams_see_the_new_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), common::KNOWN_ANSWERS);
+    let mut client = ExternalScalerClient::connect(s.grpc_url()).await.unwrap();
+    let mut stream = client.stream_metric_spec(so("llama-8b", "load")).await.unwrap().into_inner();
+    let first = next(&mut stream).await;
+    assert_eq!(first.metric_specs[0].target_size_float, 32.0);
+
+    // A broken config is refused and the running one kept.
+    std::fs::write(&s.config, "workloads: [").unwrap();
+    s.signal("HUP");
+    s.wait_for_log("config reload failed", Duration::from_secs(10));
+    assert_eq!(replicas(&mut client).await.unwrap(), 4.0);
+
+    let edited = common::KNOWN_ANSWERS.replacen("target: {signal: concurrency}", "target: {signal: concurrency, per_replica: 20}", 1);
+    std::fs::write(&s.config, edited).unwrap();
+    s.signal("HUP");
+    let changed = next(&mut stream).await;
+    assert_eq!(changed.metric_specs[0].target_size_float, 20.0);
+    // The decision follows the new target: ceil(100 / 20).
+    assert_eq!(replicas(&mut client).await.unwrap(), 5.0);
+    let polled = client.get_metric_spec(so("llama-8b", "load")).await.unwrap().into_inner();
+    assert_eq!(polled, changed);
+}
+
+// Multi-threaded so the client's connection task keeps running (and answers
+// the server's shutdown PING) while this test blocks waiting for the exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_streams_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), common::KNOWN_ANSWERS);
+    let mut client = ExternalScalerClient::connect(s.grpc_url()).await.unwrap();
+    let mut stream = client.stream_is_active(so("llama-8b", "replicas")).await.unwrap().into_inner();
+    assert!(stream.next().await.unwrap().unwrap().result);
+    s.signal("TERM");
+    let end = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("the stream ends");
+    assert!(end.is_none() || end.unwrap().is_err());
+    let started = std::time::Instant::now();
+    let status = tokio::task::block_in_place(|| s.wait_exit(Duration::from_secs(15))).expect("exits within the grace period");
+    assert!(started.elapsed() < Duration::from_secs(5), "drained promptly, not by the grace timeout");
+    assert!(status.success(), "{status:?}");
+    s.wait_for_log("\"stopped\"", Duration::from_secs(1));
+    assert!(!s.log.lock().unwrap().iter().any(|l| l.contains("panicked")));
+}
