@@ -1,0 +1,140 @@
+//! The manifests in `deploy/` are valid and agree with each other and with
+//! the code: the ConfigMap's config loads, ports line up, and every KEDA
+//! trigger names a workload Foresight serves with metadata it accepts.
+
+use std::{collections::HashMap, path::Path};
+
+use foresight::{config::Settings, proto::ScaledObjectRef, scaler::metadata};
+use serde_yaml_ng::Value;
+
+fn docs() -> Vec<(String, Value)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                // deploy/local holds Foresight configs, not Kubernetes objects (tests/cli.rs checks them).
+                if path.file_name().unwrap() != "local" {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let name = path.strip_prefix(&root).unwrap().display().to_string();
+            for (i, doc) in serde_yaml_ng::Deserializer::from_str(&text).enumerate() {
+                let v = Value::deserialize(doc).unwrap_or_else(|e| panic!("{name} document {i}: {e}"));
+                out.push((format!("{name}#{i}"), v));
+            }
+        }
+    }
+    assert!(out.len() >= 8, "expected the shipped manifests, found {}", out.len());
+    out
+}
+
+use serde::Deserialize;
+
+fn s<'a>(v: &'a Value, path: &str) -> &'a str {
+    let mut cur = v;
+    for key in path.split('.') {
+        cur = match key.parse::<usize>() {
+            Ok(i) => &cur[i],
+            Err(_) => &cur[key],
+        };
+    }
+    cur.as_str().unwrap_or_else(|| panic!("{path} is not a string in {v:?}"))
+}
+
+fn find<'a>(docs: &'a [(String, Value)], kind: &str, ns: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .map(|(_, v)| v)
+        .find(|v| v["kind"].as_str() == Some(kind) && v["metadata"]["namespace"].as_str() == Some(ns) && v["metadata"]["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("no {kind} {ns}/{name} in deploy/"))
+}
+
+#[test]
+fn every_document_is_a_named_kubernetes_object() {
+    for (name, v) in docs() {
+        for field in ["apiVersion", "kind", "metadata.name"] {
+            assert!(!s(&v, field).is_empty(), "{name}: {field}");
+        }
+    }
+}
+
+#[test]
+fn foresight_deployment_config_and_service_agree() {
+    let docs = docs();
+    let cm = find(&docs, "ConfigMap", "foresight", "foresight-config");
+    let settings = Settings::from_yaml(cm["data"]["foresight.yaml"].as_str().expect("ConfigMap key foresight.yaml"), "ConfigMap foresight-config", Path::new("."))
+        .unwrap_or_else(|e| panic!("the shipped ConfigMap config is invalid:\n{e}"));
+    let grpc_port = i64::from(settings.grpc.listen.port());
+    let http_port = i64::from(settings.http.listen.port());
+
+    let dep = find(&docs, "Deployment", "foresight", "foresight");
+    let pod = &dep["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let config_path = args[args.iter().position(|a| *a == "--config").expect("--config in args") + 1];
+    let mount = c["volumeMounts"].as_sequence().unwrap().iter().find(|m| config_path.starts_with(s(m, "mountPath"))).expect("config path is mounted");
+    let volume = pod["volumes"].as_sequence().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+    assert_eq!(s(volume, "configMap.name"), "foresight-config");
+    assert!(config_path.ends_with("/foresight.yaml"));
+
+    let ports: HashMap<&str, i64> = c["ports"].as_sequence().unwrap().iter().map(|p| (s(p, "name"), p["containerPort"].as_i64().unwrap())).collect();
+    assert_eq!(ports["grpc"], grpc_port);
+    assert_eq!(ports["http"], http_port);
+    assert_eq!(c["livenessProbe"]["grpc"]["port"].as_i64(), Some(grpc_port));
+
+    let svc = find(&docs, "Service", "foresight", "foresight");
+    assert_eq!(s(svc, "spec.clusterIP"), "None", "headless, so KEDA balances across pods");
+    let selector = &svc["spec"]["selector"];
+    assert_eq!(selector, &dep["spec"]["template"]["metadata"]["labels"]);
+    let grpc = svc["spec"]["ports"].as_sequence().unwrap().iter().find(|p| p["name"] == "grpc").unwrap();
+    assert_eq!(grpc["port"].as_i64(), Some(grpc_port));
+}
+
+#[test]
+fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
+    let docs = docs();
+    let cm = find(&docs, "ConfigMap", "foresight", "foresight-config");
+    let settings = Settings::from_yaml(cm["data"]["foresight.yaml"].as_str().expect("ConfigMap key foresight.yaml"), "cm", Path::new(".")).unwrap();
+    let svc_port = settings.grpc.listen.port();
+    let mut triggers = 0;
+    for (name, so) in docs.iter().filter(|(_, v)| v["kind"] == "ScaledObject") {
+        let ns = s(so, "metadata.namespace");
+        for t in so["spec"]["triggers"].as_sequence().unwrap() {
+            let kind = s(t, "type");
+            assert!(kind == "external" || kind == "external-push", "{name}: trigger type {kind}");
+            let mt = t["metricType"].as_str().unwrap_or("AverageValue");
+            assert_eq!(mt, "AverageValue", "{name}: both encodings rely on AverageValue math");
+            let md: HashMap<String, String> = t["metadata"]
+                .as_mapping()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.as_str().unwrap().to_string(), v.as_str().expect("metadata values are strings").to_string()))
+                .collect();
+            assert_eq!(md["scalerAddress"], format!("foresight.foresight.svc.cluster.local:{svc_port}"), "{name}");
+            let q = metadata::parse(&ScaledObjectRef { name: s(so, "metadata.name").into(), namespace: ns.into(), scaler_metadata: md })
+                .unwrap_or_else(|e| panic!("{name}: {}", e.message()));
+            assert!(
+                settings.workloads.iter().any(|w| w.key() == q.key()),
+                "{name}: workload {} is not in the shipped config",
+                q.key()
+            );
+            if let Some(auth) = t["authenticationRef"]["name"].as_str() {
+                let ta = find(&docs, "TriggerAuthentication", ns, auth);
+                for r in ta["spec"]["secretTargetRef"].as_sequence().unwrap() {
+                    assert!(["caCert", "tlsClientCert", "tlsClientKey"].contains(&s(r, "parameter")), "{name}");
+                    let secret = find(&docs, "Secret", ns, s(r, "name"));
+                    assert!(!secret["stringData"][s(r, "key")].is_null(), "{name}: secret key {}", s(r, "key"));
+                }
+            }
+            triggers += 1;
+        }
+    }
+    assert!(triggers >= 3, "pull, push and mTLS examples");
+}
