@@ -7,10 +7,7 @@ use std::{env, fmt::Write as _, fs, path::PathBuf};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/externalscaler.proto");
     let fds = protox::compile(["proto/externalscaler.proto"], ["proto"])?;
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_fds(fds)?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
 
     println!("cargo:rerun-if-changed=models");
     let mut entries: Vec<PathBuf> = fs::read_dir("models")?

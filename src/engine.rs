@@ -114,12 +114,7 @@ impl Engine {
 
     /// Tick every `settings.tick_interval` until `shutdown`; apply configs
     /// that arrive on `reloads` at once.
-    pub async fn run(
-        mut self,
-        settings: Settings,
-        mut reloads: mpsc::Receiver<Settings>,
-        shutdown: CancellationToken,
-    ) {
+    pub async fn run(mut self, settings: Settings, mut reloads: mpsc::Receiver<Settings>, shutdown: CancellationToken) {
         let mut interval = tokio::time::interval(settings.tick_interval);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         interval.reset();

@@ -82,7 +82,13 @@ fn check_config(file: &std::path::Path) -> ExitCode {
             for w in &s.workloads {
                 println!(
                     "  workload {}/{}: model {}, replicas {}..={}, sized on {} at {} per replica",
-                    w.namespace, w.name, w.profile.name, w.min_replicas, w.max_replicas, w.target.signal, w.target.per_replica
+                    w.namespace,
+                    w.name,
+                    w.profile.name,
+                    w.min_replicas,
+                    w.max_replicas,
+                    w.target.signal,
+                    w.target.per_replica
                 );
             }
             ExitCode::SUCCESS

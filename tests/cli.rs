@@ -55,15 +55,30 @@ fn the_shipped_demo_config_is_valid() {
 fn typos_and_wrong_types_name_file_line_and_field() {
     let cases = [
         // an unknown top-level key
-        (GOOD.replace("workloads:", "tick_intervl_secs: 5\nworkloads:"), "FILE:1:1: tick_intervl_secs: unknown field `tick_intervl_secs`, expected one of"),
+        (
+            GOOD.replace("workloads:", "tick_intervl_secs: 5\nworkloads:"),
+            "FILE:1:1: tick_intervl_secs: unknown field `tick_intervl_secs`, expected one of",
+        ),
         // an unknown key inside a workload
-        (GOOD.replace("    model:", "    modle: x\n    model:"), "FILE:3:5: workloads[0].modle: unknown field `modle`, expected one of `name`"),
+        (
+            GOOD.replace("    model:", "    modle: x\n    model:"),
+            "FILE:3:5: workloads[0].modle: unknown field `modle`, expected one of `name`",
+        ),
         // a wrong type
-        (GOOD.replace("peak_concurrency: 10", "peak_concurrency: lots"), "FILE:5:39: workloads[0].source.demo.peak_concurrency: invalid type: string \"lots\", expected f64"),
+        (
+            GOOD.replace("peak_concurrency: 10", "peak_concurrency: lots"),
+            "FILE:5:39: workloads[0].source.demo.peak_concurrency: invalid type: string \"lots\", expected f64",
+        ),
         // an unknown signal
-        (GOOD.replace("signal: concurrency", "signal: qps"), "FILE:4:22: workloads[0].target.signal: unknown variant `qps`"),
+        (
+            GOOD.replace("signal: concurrency", "signal: qps"),
+            "FILE:4:22: workloads[0].target.signal: unknown variant `qps`",
+        ),
         // an unknown source kind
-        (GOOD.replace("{demo:", "{vllm:"), "FILE:5:14: workloads[0].source.vllm: unknown variant `vllm`, expected `demo`"),
+        (
+            GOOD.replace("{demo:", "{vllm:"),
+            "FILE:5:14: workloads[0].source.vllm: unknown variant `vllm`, expected `demo`",
+        ),
         // a missing required key
         (GOOD.replace("    model: llama-3.1-8b-h100\n", ""), "FILE:2:5: workloads[0]: missing field `model`"),
         // not YAML at all
@@ -116,7 +131,10 @@ fn duplicate_workloads_and_missing_files_are_errors() {
     let tls = GOOD.replace("workloads:", "grpc:\n  tls: {cert_file: nope.pem, key_file: nope.key}\nworkloads:");
     let (code, _, err) = check(&tls);
     assert_eq!(code, 1);
-    assert!(err.contains("grpc.tls.cert_file: no such file:") && err.contains("grpc.tls.key_file: no such file:"), "{err}");
+    assert!(
+        err.contains("grpc.tls.cert_file: no such file:") && err.contains("grpc.tls.key_file: no such file:"),
+        "{err}"
+    );
 
     let (code, _, err) = run(&["check-config", "/nonexistent/foresight.yaml"]);
     assert_eq!(code, 1);

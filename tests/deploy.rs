@@ -52,7 +52,11 @@ fn s<'a>(v: &'a Value, path: &str) -> &'a str {
 fn find<'a>(docs: &'a [(String, Value)], kind: &str, ns: &str, name: &str) -> &'a Value {
     docs.iter()
         .map(|(_, v)| v)
-        .find(|v| v["kind"].as_str() == Some(kind) && v["metadata"]["namespace"].as_str() == Some(ns) && v["metadata"]["name"].as_str() == Some(name))
+        .find(|v| {
+            v["kind"].as_str() == Some(kind)
+                && v["metadata"]["namespace"].as_str() == Some(ns)
+                && v["metadata"]["name"].as_str() == Some(name)
+        })
         .unwrap_or_else(|| panic!("no {kind} {ns}/{name} in deploy/"))
 }
 
@@ -69,8 +73,12 @@ fn every_document_is_a_named_kubernetes_object() {
 fn foresight_deployment_config_and_service_agree() {
     let docs = docs();
     let cm = find(&docs, "ConfigMap", "foresight", "foresight-config");
-    let settings = Settings::from_yaml(cm["data"]["foresight.yaml"].as_str().expect("ConfigMap key foresight.yaml"), "ConfigMap foresight-config", Path::new("."))
-        .unwrap_or_else(|e| panic!("the shipped ConfigMap config is invalid:\n{e}"));
+    let settings = Settings::from_yaml(
+        cm["data"]["foresight.yaml"].as_str().expect("ConfigMap key foresight.yaml"),
+        "ConfigMap foresight-config",
+        Path::new("."),
+    )
+    .unwrap_or_else(|e| panic!("the shipped ConfigMap config is invalid:\n{e}"));
     let grpc_port = i64::from(settings.grpc.listen.port());
     let http_port = i64::from(settings.http.listen.port());
 
@@ -79,12 +87,22 @@ fn foresight_deployment_config_and_service_agree() {
     let c = &pod["containers"][0];
     let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     let config_path = args[args.iter().position(|a| *a == "--config").expect("--config in args") + 1];
-    let mount = c["volumeMounts"].as_sequence().unwrap().iter().find(|m| config_path.starts_with(s(m, "mountPath"))).expect("config path is mounted");
+    let mount = c["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| config_path.starts_with(s(m, "mountPath")))
+        .expect("config path is mounted");
     let volume = pod["volumes"].as_sequence().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
     assert_eq!(s(volume, "configMap.name"), "foresight-config");
     assert!(config_path.ends_with("/foresight.yaml"));
 
-    let ports: HashMap<&str, i64> = c["ports"].as_sequence().unwrap().iter().map(|p| (s(p, "name"), p["containerPort"].as_i64().unwrap())).collect();
+    let ports: HashMap<&str, i64> = c["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| (s(p, "name"), p["containerPort"].as_i64().unwrap()))
+        .collect();
     assert_eq!(ports["grpc"], grpc_port);
     assert_eq!(ports["http"], http_port);
     assert_eq!(c["livenessProbe"]["grpc"]["port"].as_i64(), Some(grpc_port));
@@ -101,7 +119,12 @@ fn foresight_deployment_config_and_service_agree() {
 fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
     let docs = docs();
     let cm = find(&docs, "ConfigMap", "foresight", "foresight-config");
-    let settings = Settings::from_yaml(cm["data"]["foresight.yaml"].as_str().expect("ConfigMap key foresight.yaml"), "cm", Path::new(".")).unwrap();
+    let settings = Settings::from_yaml(
+        cm["data"]["foresight.yaml"].as_str().expect("ConfigMap key foresight.yaml"),
+        "cm",
+        Path::new("."),
+    )
+    .unwrap();
     let svc_port = settings.grpc.listen.port();
     let mut triggers = 0;
     for (name, so) in docs.iter().filter(|(_, v)| v["kind"] == "ScaledObject") {
@@ -115,11 +138,17 @@ fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
                 .as_mapping()
                 .unwrap()
                 .iter()
-                .map(|(k, v)| (k.as_str().unwrap().to_string(), v.as_str().expect("metadata values are strings").to_string()))
+                .map(|(k, v)| {
+                    (k.as_str().unwrap().to_string(), v.as_str().expect("metadata values are strings").to_string())
+                })
                 .collect();
             assert_eq!(md["scalerAddress"], format!("foresight.foresight.svc.cluster.local:{svc_port}"), "{name}");
-            let q = metadata::parse(&ScaledObjectRef { name: s(so, "metadata.name").into(), namespace: ns.into(), scaler_metadata: md })
-                .unwrap_or_else(|e| panic!("{name}: {}", e.message()));
+            let q = metadata::parse(&ScaledObjectRef {
+                name: s(so, "metadata.name").into(),
+                namespace: ns.into(),
+                scaler_metadata: md,
+            })
+            .unwrap_or_else(|e| panic!("{name}: {}", e.message()));
             assert!(
                 settings.workloads.iter().any(|w| w.key() == q.key()),
                 "{name}: workload {} is not in the shipped config",

@@ -39,11 +39,10 @@ async fn harness() -> Harness {
 
 /// Metadata as KEDA sends it: every trigger entry, `scalerAddress` included.
 fn so(workload: &str, extra: &[(&str, &str)]) -> ScaledObjectRef {
-    let mut md: HashMap<String, String> =
-        [("scalerAddress", "foresight.foresight.svc:6000"), ("workload", workload)]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+    let mut md: HashMap<String, String> = [("scalerAddress", "foresight.foresight.svc:6000"), ("workload", workload)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     md.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     ScaledObjectRef { name: format!("{workload}-so"), namespace: "inference".into(), scaler_metadata: md }
 }
@@ -81,20 +80,37 @@ async fn metric_specs_for_both_encodings() {
     let mut h = harness().await;
     let spec = h.client.get_metric_spec(so("llama-8b", &[])).await.unwrap().into_inner().metric_specs;
     assert_eq!(spec.len(), 1);
-    assert_eq!((spec[0].metric_name.as_str(), spec[0].target_size_float, spec[0].target_size), ("foresight-llama-8b-replicas", 1.0, 1));
-    let spec = h.client.get_metric_spec(so("llama-8b", &[("encoding", "load")])).await.unwrap().into_inner().metric_specs;
-    assert_eq!((spec[0].metric_name.as_str(), spec[0].target_size_float, spec[0].target_size), ("foresight-llama-8b-concurrency", 32.0, 32));
-    let spec = h.client.get_metric_spec(so("fractional", &[("encoding", "load")])).await.unwrap().into_inner().metric_specs;
-    assert_eq!((spec[0].metric_name.as_str(), spec[0].target_size_float, spec[0].target_size), ("foresight-fractional-request-rate", 2.5, 3));
+    assert_eq!(
+        (spec[0].metric_name.as_str(), spec[0].target_size_float, spec[0].target_size),
+        ("foresight-llama-8b-replicas", 1.0, 1)
+    );
+    let spec =
+        h.client.get_metric_spec(so("llama-8b", &[("encoding", "load")])).await.unwrap().into_inner().metric_specs;
+    assert_eq!(
+        (spec[0].metric_name.as_str(), spec[0].target_size_float, spec[0].target_size),
+        ("foresight-llama-8b-concurrency", 32.0, 32)
+    );
+    let spec =
+        h.client.get_metric_spec(so("fractional", &[("encoding", "load")])).await.unwrap().into_inner().metric_specs;
+    assert_eq!(
+        (spec[0].metric_name.as_str(), spec[0].target_size_float, spec[0].target_size),
+        ("foresight-fractional-request-rate", 2.5, 3)
+    );
 }
 
 #[tokio::test]
 async fn metric_values_set_float_and_int() {
     let mut h = harness().await;
     assert_eq!(value(&mut h, "llama-8b", "foresight-llama-8b-replicas", &[]).await, (4.0, 4));
-    assert_eq!(value(&mut h, "llama-8b", "foresight-llama-8b-concurrency", &[("encoding", "load")]).await, (100.0, 100));
+    assert_eq!(
+        value(&mut h, "llama-8b", "foresight-llama-8b-concurrency", &[("encoding", "load")]).await,
+        (100.0, 100)
+    );
     assert_eq!(value(&mut h, "idle", "foresight-idle-replicas", &[]).await, (0.0, 0));
-    assert_eq!(value(&mut h, "fractional", "foresight-fractional-request-rate", &[("encoding", "load")]).await, (1.25, 1));
+    assert_eq!(
+        value(&mut h, "fractional", "foresight-fractional-request-rate", &[("encoding", "load")]).await,
+        (1.25, 1)
+    );
     assert_eq!(value(&mut h, "fractional", "foresight-fractional-replicas", &[]).await, (1.0, 1));
     // KEDA may hand back the HPA's name, prefixed and in another case.
     assert_eq!(value(&mut h, "llama-8b", "s0-Foresight-Llama-8B-Replicas", &[]).await, (4.0, 4));
@@ -136,13 +152,17 @@ async fn bad_requests_get_clear_errors() {
 
     let e = h
         .client
-        .get_metrics(GetMetricsRequest { scaled_object_ref: Some(so("llama-8b", &[])), metric_name: "foresight-llama-8b-concurrency".into() })
+        .get_metrics(GetMetricsRequest {
+            scaled_object_ref: Some(so("llama-8b", &[])),
+            metric_name: "foresight-llama-8b-concurrency".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("GetMetricSpec names `foresight-llama-8b-replicas`"), "{}", e.message());
 
-    let e = h.client.get_metrics(GetMetricsRequest { scaled_object_ref: None, metric_name: "m".into() }).await.unwrap_err();
+    let e =
+        h.client.get_metrics(GetMetricsRequest { scaled_object_ref: None, metric_name: "m".into() }).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
 }
 
@@ -155,7 +175,10 @@ async fn without_a_decision_metrics_are_unavailable_but_the_spec_still_answers()
     });
     let e = h
         .client
-        .get_metrics(GetMetricsRequest { scaled_object_ref: Some(so("llama-8b", &[])), metric_name: "foresight-llama-8b-replicas".into() })
+        .get_metrics(GetMetricsRequest {
+            scaled_object_ref: Some(so("llama-8b", &[])),
+            metric_name: "foresight-llama-8b-replicas".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unavailable);
@@ -165,14 +188,20 @@ async fn without_a_decision_metrics_are_unavailable_but_the_spec_still_answers()
     assert_eq!(spec.metric_specs[0].metric_name, "foresight-llama-8b-replicas");
 }
 
-async fn nothing_more<T: std::fmt::Debug>(s: &mut (impl tokio_stream::Stream<Item = Result<T, tonic::Status>> + Unpin)) {
+async fn nothing_more<T: std::fmt::Debug>(
+    s: &mut (impl tokio_stream::Stream<Item = Result<T, tonic::Status>> + Unpin),
+) {
     if let Ok(item) = tokio::time::timeout(Duration::from_millis(300), s.next()).await {
         panic!("unexpected stream message {item:?}");
     }
 }
 
 async fn next<T>(s: &mut (impl tokio_stream::Stream<Item = Result<T, tonic::Status>> + Unpin)) -> T {
-    tokio::time::timeout(Duration::from_secs(5), s.next()).await.expect("a stream message").expect("stream open").unwrap()
+    tokio::time::timeout(Duration::from_secs(5), s.next())
+        .await
+        .expect("a stream message")
+        .expect("stream open")
+        .unwrap()
 }
 
 fn set_active(active: bool) -> impl Fn(&mut WorkloadState) {
@@ -219,8 +248,14 @@ async fn a_stream_ends_with_not_found_when_its_workload_is_removed() {
     let mut h = harness().await;
     let mut stream = h.client.stream_is_active(so("idle", &[])).await.unwrap().into_inner();
     next(&mut stream).await;
-    let rest: Vec<WorkloadState> =
-        h.registry.load().workloads().into_iter().filter(|s| s.name != "idle").map(|s| WorkloadState::clone(s)).collect();
+    let rest: Vec<WorkloadState> = h
+        .registry
+        .load()
+        .workloads()
+        .into_iter()
+        .filter(|s| s.name != "idle")
+        .map(|s| WorkloadState::clone(s))
+        .collect();
     h.registry.publish(rest, true);
     let end = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.unwrap().unwrap();
     assert_eq!(end.unwrap_err().code(), Code::NotFound);

@@ -11,10 +11,11 @@ use tokio_stream::StreamExt;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 fn so(workload: &str, encoding: &str) -> ScaledObjectRef {
-    let md: HashMap<String, String> = [("scalerAddress", "127.0.0.1:6000"), ("workload", workload), ("encoding", encoding)]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let md: HashMap<String, String> =
+        [("scalerAddress", "127.0.0.1:6000"), ("workload", workload), ("encoding", encoding)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
     ScaledObjectRef { name: "so".into(), namespace: "inference".into(), scaler_metadata: md }
 }
 
@@ -27,7 +28,11 @@ fn tls_config(dir: &Path, client_ca: bool) -> String {
     )
 }
 
-async fn tls_client(s: &Server, dir: &Path, identity: Option<&str>) -> Result<ExternalScalerClient<Channel>, tonic::transport::Error> {
+async fn tls_client(
+    s: &Server,
+    dir: &Path,
+    identity: Option<&str>,
+) -> Result<ExternalScalerClient<Channel>, tonic::transport::Error> {
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(std::fs::read(dir.join("ca.pem")).unwrap()))
         .domain_name("localhost");
@@ -41,7 +46,10 @@ async fn tls_client(s: &Server, dir: &Path, identity: Option<&str>) -> Result<Ex
 
 async fn replicas(client: &mut ExternalScalerClient<Channel>) -> Result<f64, tonic::Status> {
     let r = client
-        .get_metrics(GetMetricsRequest { scaled_object_ref: Some(so("llama-8b", "replicas")), metric_name: "foresight-llama-8b-replicas".into() })
+        .get_metrics(GetMetricsRequest {
+            scaled_object_ref: Some(so("llama-8b", "replicas")),
+            metric_name: "foresight-llama-8b-replicas".into(),
+        })
         .await?;
     Ok(r.into_inner().metric_values[0].metric_value_float)
 }
@@ -98,7 +106,11 @@ async fn sighup_reloads_config_and_open_streams_see_the_new_spec() {
     s.wait_for_log("config reload failed", Duration::from_secs(10));
     assert_eq!(replicas(&mut client).await.unwrap(), 4.0);
 
-    let edited = common::KNOWN_ANSWERS.replacen("target: {signal: concurrency}", "target: {signal: concurrency, per_replica: 20}", 1);
+    let edited = common::KNOWN_ANSWERS.replacen(
+        "target: {signal: concurrency}",
+        "target: {signal: concurrency, per_replica: 20}",
+        1,
+    );
     std::fs::write(&s.config, edited).unwrap();
     s.signal("HUP");
     let changed = next(&mut stream).await;
@@ -122,7 +134,8 @@ async fn sigterm_ends_streams_and_exits_cleanly() {
     let end = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("the stream ends");
     assert!(end.is_none() || end.unwrap().is_err());
     let started = std::time::Instant::now();
-    let status = tokio::task::block_in_place(|| s.wait_exit(Duration::from_secs(15))).expect("exits within the grace period");
+    let status =
+        tokio::task::block_in_place(|| s.wait_exit(Duration::from_secs(15))).expect("exits within the grace period");
     assert!(started.elapsed() < Duration::from_secs(5), "drained promptly, not by the grace timeout");
     assert!(status.success(), "{status:?}");
     s.wait_for_log("\"stopped\"", Duration::from_secs(1));

@@ -144,8 +144,8 @@ impl Settings {
     /// Load and validate a config file.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: origin.clone(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: origin.clone(), source })?;
         let base = path.parent().unwrap_or(Path::new("."));
         Settings::from_yaml(&text, &origin, base)
     }
@@ -165,10 +165,8 @@ impl Settings {
 
 /// Built-in profiles, then those in `dir` (which override by name).
 fn load_profiles(dir: Option<&Path>) -> Result<BTreeMap<String, Profile>, ConfigError> {
-    let mut texts: Vec<(String, String)> = BUILTIN_PROFILES
-        .iter()
-        .map(|(file, text)| (format!("models/{file} (built in)"), text.to_string()))
-        .collect();
+    let mut texts: Vec<(String, String)> =
+        BUILTIN_PROFILES.iter().map(|(file, text)| (format!("models/{file} (built in)"), text.to_string())).collect();
     if let Some(dir) = dir {
         let read_err = |source| ConfigError::Read { path: dir.display().to_string(), source };
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -179,8 +177,8 @@ fn load_profiles(dir: Option<&Path>) -> Result<BTreeMap<String, Profile>, Config
         files.sort();
         for path in files {
             let origin = path.display().to_string();
-            let text = std::fs::read_to_string(&path)
-                .map_err(|source| ConfigError::Read { path: origin.clone(), source })?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: origin.clone(), source })?;
             texts.push((origin, text));
         }
     }
@@ -234,7 +232,10 @@ fn validate(
     }
     let d = &raw.defaults;
     if d.min_replicas > d.max_replicas {
-        bad("defaults.min_replicas".into(), format!("{} exceeds defaults.max_replicas {}", d.min_replicas, d.max_replicas));
+        bad(
+            "defaults.min_replicas".into(),
+            format!("{} exceeds defaults.max_replicas {}", d.min_replicas, d.max_replicas),
+        );
     }
     if raw.workloads.is_empty() {
         bad("workloads".into(), "must list at least one workload".into());
@@ -281,7 +282,10 @@ fn validate(
             (Some(v), _) => v,
             (None, Signal::Concurrency) => profile.concurrency_per_replica,
             (None, other) => {
-                bad(at("target.per_replica"), format!("is required for signal `{other}` (the profile gives a default only for `concurrency`)"));
+                bad(
+                    at("target.per_replica"),
+                    format!("is required for signal `{other}` (the profile gives a default only for `concurrency`)"),
+                );
                 continue;
             }
         };

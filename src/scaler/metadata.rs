@@ -114,7 +114,9 @@ mod tests {
     #[test]
     fn metric_names_match_case_insensitively_with_or_without_prefix() {
         let served = "foresight-llama-8b-replicas";
-        for ok in [served, "Foresight-Llama-8B-Replicas", "s0-foresight-llama-8b-replicas", "S12-FORESIGHT-llama-8b-replicas"] {
+        for ok in
+            [served, "Foresight-Llama-8B-Replicas", "s0-foresight-llama-8b-replicas", "S12-FORESIGHT-llama-8b-replicas"]
+        {
             assert!(metric_matches(ok, served), "{ok}");
         }
         for bad in ["foresight-llama-8b", "s-foresight-llama-8b-replicas", "sx-foresight-llama-8b-replicas", ""] {

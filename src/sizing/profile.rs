@@ -66,10 +66,7 @@ impl Profile {
         } else if self.gpus_per_replica % self.nodes_per_replica != 0 {
             out.push((
                 "gpus_per_replica",
-                format!(
-                    "{} GPUs cannot be split evenly over {} nodes",
-                    self.gpus_per_replica, self.nodes_per_replica
-                ),
+                format!("{} GPUs cannot be split evenly over {} nodes", self.gpus_per_replica, self.nodes_per_replica),
             ));
         }
         if !(self.concurrency_per_replica.is_finite() && self.concurrency_per_replica > 0.0) {

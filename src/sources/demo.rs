@@ -92,10 +92,7 @@ impl DemoConfig {
         non_negative("replica_startup_secs", self.replica_startup_secs);
         non_negative("mean_prompt_tokens", self.mean_prompt_tokens);
         non_negative("mean_output_tokens", self.mean_output_tokens);
-        for (field, v) in [
-            ("day_length_secs", self.day_length_secs),
-            ("mean_request_secs", self.mean_request_secs),
-        ] {
+        for (field, v) in [("day_length_secs", self.day_length_secs), ("mean_request_secs", self.mean_request_secs)] {
             if !(v.is_finite() && v > 0.0) {
                 out.push((field, format!("must be a finite number > 0, got {v}")));
             }
@@ -103,10 +100,7 @@ impl DemoConfig {
         if self.trough_concurrency > self.peak_concurrency {
             out.push((
                 "trough_concurrency",
-                format!(
-                    "must not exceed peak_concurrency ({} > {})",
-                    self.trough_concurrency, self.peak_concurrency
-                ),
+                format!("must not exceed peak_concurrency ({} > {})", self.trough_concurrency, self.peak_concurrency),
             ));
         }
         if self.max_num_seqs == 0 {

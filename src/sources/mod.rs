@@ -72,10 +72,7 @@ impl Signals {
     /// The value of `signal` if the source reported a usable one: finite and
     /// not negative. Anything else counts as missing, never as zero.
     pub fn get(&self, signal: Signal) -> Option<f64> {
-        self.values
-            .get(&signal)
-            .copied()
-            .filter(|v| v.is_finite() && *v >= 0.0)
+        self.values.get(&signal).copied().filter(|v| v.is_finite() && *v >= 0.0)
     }
 }
 
