@@ -60,6 +60,14 @@ fn find<'a>(docs: &'a [(String, Value)], kind: &str, ns: &str, name: &str) -> &'
         .unwrap_or_else(|| panic!("no {kind} {ns}/{name} in deploy/"))
 }
 
+/// The config Foresight runs with in the shipped ConfigMap.
+fn shipped_settings(docs: &[(String, Value)]) -> Settings {
+    let cm = find(docs, "ConfigMap", "foresight", "foresight-config");
+    let text = cm["data"]["foresight.yaml"].as_str().expect("ConfigMap key foresight.yaml");
+    Settings::from_yaml(text, "ConfigMap foresight-config", Path::new("."))
+        .unwrap_or_else(|e| panic!("the shipped ConfigMap config is invalid:\n{e}"))
+}
+
 #[test]
 fn every_document_is_a_named_kubernetes_object() {
     for (name, v) in docs() {
@@ -72,13 +80,7 @@ fn every_document_is_a_named_kubernetes_object() {
 #[test]
 fn foresight_deployment_config_and_service_agree() {
     let docs = docs();
-    let cm = find(&docs, "ConfigMap", "foresight", "foresight-config");
-    let settings = Settings::from_yaml(
-        cm["data"]["foresight.yaml"].as_str().expect("ConfigMap key foresight.yaml"),
-        "ConfigMap foresight-config",
-        Path::new("."),
-    )
-    .unwrap_or_else(|e| panic!("the shipped ConfigMap config is invalid:\n{e}"));
+    let settings = shipped_settings(&docs);
     let grpc_port = i64::from(settings.grpc.listen.port());
     let http_port = i64::from(settings.http.listen.port());
 
@@ -118,13 +120,7 @@ fn foresight_deployment_config_and_service_agree() {
 #[test]
 fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
     let docs = docs();
-    let cm = find(&docs, "ConfigMap", "foresight", "foresight-config");
-    let settings = Settings::from_yaml(
-        cm["data"]["foresight.yaml"].as_str().expect("ConfigMap key foresight.yaml"),
-        "cm",
-        Path::new("."),
-    )
-    .unwrap();
+    let settings = shipped_settings(&docs);
     let svc_port = settings.grpc.listen.port();
     let mut triggers = 0;
     for (name, so) in docs.iter().filter(|(_, v)| v["kind"] == "ScaledObject") {

@@ -106,34 +106,8 @@ impl Drop for Server {
     }
 }
 
-/// A config with three demo workloads of constant demand, so answers are known:
-/// - inference/llama-8b: concurrency 100, 32 per replica -> 4 replicas, active
-/// - inference/idle: no demand -> 0 replicas, inactive
-/// - inference/fractional: request rate 1.25/s, 2.5 per replica -> 1 replica, load 1.25
-pub const KNOWN_ANSWERS: &str = r#"
-grpc:
-  listen: 127.0.0.1:0
-http:
-  listen: 127.0.0.1:0
-tick_interval_secs: 0.2
-workloads:
-  - name: llama-8b
-    namespace: inference
-    model: llama-3.1-8b-h100
-    max_replicas: 10
-    target: {signal: concurrency}
-    source: {demo: {peak_concurrency: 100, trough_concurrency: 100}}
-  - name: idle
-    namespace: inference
-    model: llama-3.1-8b-h100
-    target: {signal: concurrency}
-    source: {demo: {peak_concurrency: 0, initial_replicas: 0}}
-  - name: fractional
-    namespace: inference
-    model: llama-3.1-8b-h100
-    target: {signal: request_rate, per_replica: 2.5}
-    source: {demo: {peak_concurrency: 10, trough_concurrency: 10, mean_request_secs: 8}}
-"#;
+/// Three demo workloads of constant demand with known answers (see the file).
+pub const KNOWN_ANSWERS: &str = include_str!("../fixtures/known-answers.yaml");
 
 /// Test PKI written to `dir`: `ca.pem`, `server.{pem,key}` (for 127.0.0.1 and
 /// localhost), `client.{pem,key}` signed by the CA, and `rogue.{pem,key}`, a

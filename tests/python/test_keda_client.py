@@ -5,6 +5,7 @@ GetMetrics + IsActive under a 3 s deadline, and KEDA's rule of reading the
 float field when it is > 0 and the int field otherwise."""
 
 import math
+import pathlib
 
 import grpc
 import pytest
@@ -12,29 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 DEADLINE = 3.0  # the HPA path's timeout in KEDA
 
-# Same known answers as the Rust tests (tests/common/mod.rs).
-CONFIG = """
-grpc: {listen: 127.0.0.1:0}
-http: {listen: 127.0.0.1:0}
-tick_interval_secs: 0.5
-workloads:
-  - name: llama-8b
-    namespace: inference
-    model: llama-3.1-8b-h100
-    max_replicas: 10
-    target: {signal: concurrency}
-    source: {demo: {peak_concurrency: 100, trough_concurrency: 100}}
-  - name: idle
-    namespace: inference
-    model: llama-3.1-8b-h100
-    target: {signal: concurrency}
-    source: {demo: {peak_concurrency: 0, initial_replicas: 0}}
-  - name: fractional
-    namespace: inference
-    model: llama-3.1-8b-h100
-    target: {signal: request_rate, per_replica: 2.5}
-    source: {demo: {peak_concurrency: 10, trough_concurrency: 10, mean_request_secs: 8}}
-"""
+CONFIG = (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "known-answers.yaml").read_text()
 
 
 def keda_number(float_value, int_value):
