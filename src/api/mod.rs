@@ -31,8 +31,8 @@ struct WorkloadList<'a> {
     workloads: Vec<&'a WorkloadState>,
 }
 
-async fn workloads(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
+async fn workloads(State(registry): State<Arc<Registry>>) -> Result<Json<serde_json::Value>, StatusCode> {
     let snap = registry.load();
     let list = WorkloadList { workloads: snap.workloads().into_iter().map(Arc::as_ref).collect() };
-    Json(serde_json::to_value(list).unwrap_or_default())
+    serde_json::to_value(list).map(Json).map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)
 }
