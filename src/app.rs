@@ -105,7 +105,7 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
 /// a bad one is logged and the running config kept.
 async fn watch_signals(
     source: ConfigSource,
-    running: Settings,
+    mut running: Settings,
     reloads: mpsc::Sender<Settings>,
     shutdown: CancellationToken,
 ) {
@@ -126,9 +126,14 @@ async fn watch_signals(
                         warn!("listen addresses and TLS settings change only on restart; the rest of the new config applies now");
                     }
                     info!(workloads = new.workloads.len(), "config reloaded");
+                    // What runs now: the new workloads, the old listeners.
+                    running = Settings { grpc: running.grpc.clone(), http: running.http.clone(), ..new.clone() };
                     let _ = reloads.send(new).await;
                 }
-                Err(e) => error!(error = %format!("{e:#}"), "config reload failed; keeping the running config"),
+                Err(e) => error!(
+                    error = %format!("{e:#}").replace('\n', "; "),
+                    "config reload failed; keeping the running config"
+                ),
             },
         }
     }

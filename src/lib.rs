@@ -14,6 +14,7 @@ pub mod sources;
 pub mod state;
 pub mod telemetry;
 pub mod time;
+pub mod vllm_sim;
 
 /// Code generated from `proto/externalscaler.proto`.
 pub mod proto {

@@ -110,7 +110,7 @@ workloads:
     let (code, _, err) = check(yaml);
     assert_eq!(code, 1);
     for want in [
-        "FILE: tick_interval_secs: must be at least 0.1, got NaN",
+        "FILE: tick_interval_secs: must be within 0.1..=3600, got NaN",
         "FILE: workloads[0].name: `Llama_8B` is not a valid Kubernetes name",
         "FILE: workloads[0].model: unknown model profile `llama-9b`; known: llama-3.1-405b-h100-2node, llama-3.1-70b-h100-tp4, llama-3.1-8b-h100",
         "FILE: workloads[1].min_replicas: 5 exceeds max_replicas 2",
@@ -119,6 +119,22 @@ workloads:
     ] {
         assert!(err.contains(want), "want {want:?} in:\n{err}");
     }
+}
+
+#[test]
+fn out_of_range_values_are_errors_not_panics() {
+    let cases = [
+        ("tick_interval_secs: 1e20\n", "tick_interval_secs: must be within 0.1..=3600, got 100000000000000000000"),
+        ("defaults: {max_replicas: 4294967295}\n", "workloads[0].max_replicas: must be within 1..=2147483647"),
+    ];
+    for (prefix, want) in cases {
+        let (code, _, err) = check(&format!("{prefix}{GOOD}"));
+        assert_eq!(code, 1, "{prefix}");
+        assert!(err.contains(want) && !err.contains("panicked"), "want {want:?} in:\n{err}");
+    }
+    let (code, _, err) = check(&GOOD.replace("    model:", "    namespace: my.team\n    model:"));
+    assert_eq!(code, 1);
+    assert!(err.contains("workloads[0].namespace: `my.team` is not a valid Kubernetes name (at most 63"), "{err}");
 }
 
 #[test]

@@ -107,7 +107,10 @@ fn foresight_deployment_config_and_service_agree() {
         .collect();
     assert_eq!(ports["grpc"], grpc_port);
     assert_eq!(ports["http"], http_port);
-    assert_eq!(c["livenessProbe"]["grpc"]["port"].as_i64(), Some(grpc_port));
+    // Liveness over HTTP: the gRPC port may require client certificates.
+    assert_eq!(s(c, "livenessProbe.httpGet.path"), "/healthz");
+    assert_eq!(s(c, "livenessProbe.httpGet.port"), "http");
+    assert_eq!(s(c, "readinessProbe.httpGet.path"), "/readyz");
 
     let svc = find(&docs, "Service", "foresight", "foresight");
     assert_eq!(s(svc, "spec.clusterIP"), "None", "headless, so KEDA balances across pods");
@@ -145,11 +148,13 @@ fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
                 scaler_metadata: md,
             })
             .unwrap_or_else(|e| panic!("{name}: {}", e.message()));
-            assert!(
-                settings.workloads.iter().any(|w| w.key() == q.key()),
-                "{name}: workload {} is not in the shipped config",
-                q.key()
-            );
+            let w = settings
+                .workloads
+                .iter()
+                .find(|w| w.key() == q.key())
+                .unwrap_or_else(|| panic!("{name}: workload {} is not in the shipped config", q.key()));
+            let min = so["spec"]["minReplicaCount"].as_u64().unwrap_or(0);
+            assert_eq!(min, u64::from(w.min_replicas), "{name}: minReplicaCount differs from Foresight's min_replicas");
             if let Some(auth) = t["authenticationRef"]["name"].as_str() {
                 let ta = find(&docs, "TriggerAuthentication", ns, auth);
                 for r in ta["spec"]["secretTargetRef"].as_sequence().unwrap() {

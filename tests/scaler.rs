@@ -146,6 +146,11 @@ async fn bad_requests_get_clear_errors() {
         assert!(e.message().contains("missing required key `workload`"), "{}", e.message());
     }
 
+    let huge = "x".repeat(100_000);
+    let e = h.client.get_metric_spec(so(&huge, &[])).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().len() < 200 && e.message().contains("100000 bytes"), "{}", e.message());
+
     let e = h.client.get_metric_spec(so("llama-8b", &[("encoding", "qps")])).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("`encoding`"), "{}", e.message());

@@ -34,12 +34,8 @@ const DEMO_ORIGIN: &str = "deploy/local/foresight.yaml (built in)";
 #[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{path}: cannot read: {error}")]
+    Read { path: String, error: std::io::Error },
     /// Bad YAML, a wrong type, an unknown or missing key (in the config or a profile).
     #[error("{0}")]
     Syntax(#[from] YamlError),
@@ -144,8 +140,7 @@ impl Settings {
     /// Load and validate a config file.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
         let origin = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: origin.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: origin.clone(), error })?;
         let base = path.parent().unwrap_or(Path::new("."));
         Settings::from_yaml(&text, &origin, base)
     }
@@ -168,7 +163,7 @@ fn load_profiles(dir: Option<&Path>) -> Result<BTreeMap<String, Profile>, Config
     let mut texts: Vec<(String, String)> =
         BUILTIN_PROFILES.iter().map(|(file, text)| (format!("models/{file} (built in)"), text.to_string())).collect();
     if let Some(dir) = dir {
-        let read_err = |source| ConfigError::Read { path: dir.display().to_string(), source };
+        let read_err = |error| ConfigError::Read { path: format!("models_dir {}", dir.display()), error };
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(read_err)?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -178,7 +173,7 @@ fn load_profiles(dir: Option<&Path>) -> Result<BTreeMap<String, Profile>, Config
         for path in files {
             let origin = path.display().to_string();
             let text =
-                std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: origin.clone(), source })?;
+                std::fs::read_to_string(&path).map_err(|error| ConfigError::Read { path: origin.clone(), error })?;
             texts.push((origin, text));
         }
     }
@@ -211,8 +206,8 @@ fn validate(
         problems.push(Problem { origin: origin.to_string(), field, message });
     };
 
-    if !(raw.tick_interval_secs.is_finite() && raw.tick_interval_secs >= 0.1) {
-        bad("tick_interval_secs".into(), format!("must be at least 0.1, got {}", raw.tick_interval_secs));
+    if !(0.1..=3600.0).contains(&raw.tick_interval_secs) {
+        bad("tick_interval_secs".into(), format!("must be within 0.1..=3600, got {}", raw.tick_interval_secs));
     }
     if raw.grpc.listen == raw.http.listen && raw.grpc.listen.port() != 0 {
         bad("http.listen".into(), format!("is the same address as grpc.listen ({})", raw.grpc.listen));
@@ -245,18 +240,19 @@ fn validate(
     let mut workloads = Vec::new();
     for (i, w) in raw.workloads.into_iter().enumerate() {
         let at = |field: &str| format!("workloads[{i}].{field}");
-        for (field, value) in [("name", &w.name), ("namespace", &w.namespace)] {
-            if let Err(why) = check_k8s_name(value) {
-                bad(at(field), why);
-            }
+        if let Err(why) = check_k8s_name(&w.name, 253, true) {
+            bad(at("name"), why);
+        }
+        if let Err(why) = check_k8s_name(&w.namespace, 63, false) {
+            bad(at("namespace"), why);
         }
         if !seen.insert(workload_key(&w.namespace, &w.name)) {
             bad(at("name"), format!("workload `{}` appears twice in namespace `{}`", w.name, w.namespace));
         }
         let min_replicas = w.min_replicas.unwrap_or(d.min_replicas);
         let max_replicas = w.max_replicas.unwrap_or(d.max_replicas);
-        if max_replicas == 0 {
-            bad(at("max_replicas"), "must be at least 1".into());
+        if max_replicas == 0 || max_replicas > MAX_REPLICAS {
+            bad(at("max_replicas"), format!("must be within 1..={MAX_REPLICAS}, got {max_replicas}"));
         }
         if min_replicas > max_replicas {
             bad(at("min_replicas"), format!("{min_replicas} exceeds max_replicas {max_replicas}"));
@@ -318,14 +314,19 @@ fn validate(
     })
 }
 
-/// Kubernetes object names: DNS-1123 subdomain (lowercase alphanumerics, `-`, `.`).
-fn check_k8s_name(s: &str) -> Result<(), String> {
-    let ok_chars = s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+/// The HPA's replica counts are int32.
+const MAX_REPLICAS: u32 = i32::MAX as u32;
+
+/// Kubernetes names: a DNS-1123 subdomain (object names, dots allowed) or
+/// label (namespaces): lowercase alphanumerics and `-`, alphanumeric at both ends.
+fn check_k8s_name(s: &str, max_len: usize, dots: bool) -> Result<(), String> {
+    let ok_chars = s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.'));
     let ok_ends = s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
         && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
-    if s.is_empty() || s.len() > 253 || !ok_chars || !ok_ends {
+    if s.is_empty() || s.len() > max_len || !ok_chars || !ok_ends {
+        let allowed = if dots { "`-` and `.`" } else { "and `-`" };
         return Err(format!(
-            "`{s}` is not a valid Kubernetes name (lowercase letters, digits, `-` and `.`, starting and ending alphanumeric)"
+            "`{s}` is not a valid Kubernetes name (at most {max_len} lowercase letters, digits {allowed}, starting and ending alphanumeric)"
         ));
     }
     Ok(())

@@ -38,9 +38,28 @@ impl Query {
     }
 }
 
+/// Longest value accepted for a key of ours (a Kubernetes object name).
+const MAX_VALUE_LEN: usize = 253;
+
+/// `s`, cut short for an error message so a huge input is not echoed back.
+pub fn shown(s: &str) -> String {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => format!("{}... ({} bytes)", &s[..i], s.len()),
+        None => s.to_string(),
+    }
+}
+
 /// Parse a ScaledObjectRef's metadata.
 pub fn parse(r: &ScaledObjectRef) -> Result<Query, Status> {
     let md = &r.scaler_metadata;
+    for key in [KEY_WORKLOAD, KEY_NAMESPACE, KEY_ENCODING] {
+        if let Some(v) = md.get(key).filter(|v| v.len() > MAX_VALUE_LEN) {
+            return Err(Status::invalid_argument(format!(
+                "trigger metadata key `{key}` is {} bytes long; at most {MAX_VALUE_LEN} are allowed",
+                v.len()
+            )));
+        }
+    }
     let workload = md.get(KEY_WORKLOAD).map(|s| s.trim()).unwrap_or_default();
     if workload.is_empty() {
         return Err(Status::invalid_argument(format!(
@@ -58,7 +77,8 @@ pub fn parse(r: &ScaledObjectRef) -> Result<Query, Status> {
         Some(e) if e.eq_ignore_ascii_case("load") => Encoding::Load,
         Some(other) => {
             return Err(Status::invalid_argument(format!(
-                "trigger metadata key `{KEY_ENCODING}` must be `replicas` or `load`, got `{other}`"
+                "trigger metadata key `{KEY_ENCODING}` must be `replicas` or `load`, got `{}`",
+                shown(other)
             )))
         }
     };

@@ -44,7 +44,8 @@ fn lookup<'a>(snap: &'a Snapshot, q: &Query) -> Result<&'a Arc<WorkloadState>, S
     };
     Err(Status::not_found(format!(
         "no workload `{}` in namespace `{}` is configured in Foresight{hint}",
-        q.workload, q.namespace
+        metadata::shown(&q.workload),
+        metadata::shown(&q.namespace)
     )))
 }
 
@@ -171,7 +172,7 @@ impl ExternalScaler for Scaler {
         if !metadata::metric_matches(&req.metric_name, served) {
             return Err(Status::invalid_argument(format!(
                 "metricName `{}` is not served for workload `{}`; GetMetricSpec names `{served}`",
-                req.metric_name,
+                metadata::shown(&req.metric_name),
                 q.key()
             )));
         }

@@ -88,10 +88,14 @@ impl DemoConfig {
         };
         non_negative("peak_concurrency", self.peak_concurrency);
         non_negative("trough_concurrency", self.trough_concurrency);
-        non_negative("noise", self.noise);
-        non_negative("replica_startup_secs", self.replica_startup_secs);
         non_negative("mean_prompt_tokens", self.mean_prompt_tokens);
         non_negative("mean_output_tokens", self.mean_output_tokens);
+        if !(0.0..=1.0).contains(&self.noise) {
+            out.push(("noise", format!("must be within 0..=1, got {}", self.noise)));
+        }
+        if !(0.0..=86_400.0).contains(&self.replica_startup_secs) {
+            out.push(("replica_startup_secs", format!("must be within 0..=86400, got {}", self.replica_startup_secs)));
+        }
         for (field, v) in [("day_length_secs", self.day_length_secs), ("mean_request_secs", self.mean_request_secs)] {
             if !(v.is_finite() && v > 0.0) {
                 out.push((field, format!("must be a finite number > 0, got {v}")));
