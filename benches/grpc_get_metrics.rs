@@ -70,11 +70,11 @@ impl ExternalScaler for Bare {
 }
 
 fn config() -> String {
-    let mut y = String::from("workloads:\n");
+    // Collectors do not run here: the bench writes each workload's latest reading itself.
+    let mut y = String::from("store: {path: null}\nworkloads:\n");
     for i in 0..WORKLOADS {
-        let demand = 10 + (i * 37) % 500;
         y.push_str(&format!(
-            "  - name: model-{i}\n    namespace: ns-{}\n    model: llama-3.1-8b-h100\n    max_replicas: 100\n    target: {{signal: concurrency}}\n    source: {{demo: {{peak_concurrency: {demand}, trough_concurrency: {demand}}}}}\n",
+            "  - name: model-{i}\n    namespace: ns-{}\n    model: llama-3.1-8b-h100\n    max_replicas: 100\n    target: {{signal: concurrency}}\n    source: {{scrape: {{targets: [\"http://127.0.0.1:9/metrics\"]}}}}\n",
             i % 20
         ));
     }
@@ -168,8 +168,13 @@ fn main() {
     let (foresight_url, bare_url) = server_rt.block_on(async {
         let settings = Settings::from_yaml(&config(), "bench", Path::new(".")).unwrap();
         let registry = Registry::new();
-        let mut engine = Engine::new(&settings, registry.clone());
-        engine.tick(SystemTime::now()).await;
+        let store = std::sync::Arc::new(foresight::store::Store::open(Default::default()).unwrap());
+        let now = SystemTime::now();
+        for i in 0..WORKLOADS {
+            store.set_latest(&format!("ns-{}/model-{i}/concurrency", i % 20), now, (10 + (i * 37) % 500) as f64);
+        }
+        let mut engine = Engine::new(&settings, registry.clone(), store);
+        engine.tick(now);
         assert_eq!(registry.load().len(), WORKLOADS);
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let foresight_url = format!("http://{}", l.local_addr().unwrap());

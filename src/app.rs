@@ -2,14 +2,21 @@
 //! bind and serve gRPC and HTTP -> run the control loop -> on SIGTERM/SIGINT,
 //! stop accepting, drain within a grace period, exit. SIGHUP reloads config.
 
-use std::{path::PathBuf, time::Duration, time::SystemTime};
+use std::{path::PathBuf, sync::Arc, time::Duration, time::SystemTime};
 
 use anyhow::Context as _;
 use tokio::{net::TcpListener, sync::mpsc, task::JoinSet};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
-use crate::{config::Settings, engine::Engine, scaler, state::Registry};
+use crate::{
+    config::Settings,
+    engine::Engine,
+    scaler,
+    sources::collector::Collectors,
+    state::Registry,
+    store::{Store, StoreConfig},
+};
 
 /// How long in-flight requests get to finish after a shutdown signal.
 const GRACE: Duration = Duration::from_secs(10);
@@ -38,10 +45,11 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
         tick_secs = settings.tick_interval.as_secs_f64(), "starting foresight"
     );
 
+    let store = Arc::new(open_store(&settings)?);
     let registry = Registry::new();
-    let mut engine = Engine::new(&settings, registry.clone());
-    // Decide once before serving, so the first GetMetrics already has an answer.
-    engine.tick(SystemTime::now()).await;
+    let mut engine = Engine::new(&settings, registry.clone(), store.clone());
+    // Publish the workloads before serving, so GetMetricSpec answers from the first request.
+    engine.tick(SystemTime::now());
 
     let grpc_listener = TcpListener::bind(settings.grpc.listen)
         .await
@@ -56,7 +64,10 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     );
 
     let shutdown = CancellationToken::new();
-    let (reload_tx, reload_rx) = mpsc::channel(1);
+    let mut collectors = Collectors::default();
+    collectors.apply(&settings.workloads, &store, &shutdown);
+    let (reload_tx, mut reload_rx) = mpsc::channel::<Settings>(1);
+    let (engine_tx, engine_rx) = mpsc::channel(1);
     tokio::spawn(watch_signals(source, settings.clone(), reload_tx, shutdown.clone()));
 
     let mut tasks = JoinSet::new();
@@ -71,9 +82,30 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
         ("HTTP server", served)
     });
     let sd = shutdown.clone();
+    let flush_every = settings.store.flush_interval;
     tasks.spawn(async move {
-        engine.run(settings, reload_rx, sd).await;
+        engine.run(settings, engine_rx, sd).await;
         ("control loop", Ok(()))
+    });
+    let (st, sd) = (store.clone(), shutdown.clone());
+    tasks.spawn(async move {
+        flush_loop(st, flush_every, sd).await;
+        ("store flusher", Ok(()))
+    });
+    let (st, sd) = (store.clone(), shutdown.clone());
+    tasks.spawn(async move {
+        // Reloads restart the collectors whose workload changed, then reach the control loop.
+        loop {
+            tokio::select! {
+                _ = sd.cancelled() => break,
+                Some(new) = reload_rx.recv() => {
+                    collectors.apply(&new.workloads, &st, &sd);
+                    let _ = engine_tx.send(new).await;
+                }
+            }
+        }
+        collectors.join().await;
+        ("collectors", Ok(()))
     });
 
     // A task that ends before shutdown takes the process down: half a scaler is worse than none.
@@ -97,8 +129,52 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     if tokio::time::timeout(GRACE, drain).await.is_err() {
         warn!("in-flight work did not finish within the grace period");
     }
+    match tokio::task::spawn_blocking(move || store.flush()).await {
+        Ok(Ok(stats)) => info!(chunks = stats.chunks, "history flushed"),
+        Ok(Err(e)) => error!(error = %e, "final history flush failed; history since the last flush is lost"),
+        Err(e) => error!(error = %e, "final history flush panicked"),
+    }
     info!("stopped");
     Ok(())
+}
+
+fn open_store(settings: &Settings) -> anyhow::Result<Store> {
+    let s = &settings.store;
+    if let Some(dir) = s.path.as_ref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating the store directory {}", dir.display()))?;
+    }
+    let store = Store::open(StoreConfig {
+        path: s.path.clone(),
+        resolution: s.resolution,
+        retention: s.retention,
+        cache_bytes: s.cache_bytes,
+    })?;
+    match &s.path {
+        Some(p) => info!(path = %p.display(), resolution_secs = s.resolution.as_secs(), "history store open"),
+        None => warn!("history store in memory only: history is lost on restart"),
+    }
+    Ok(store)
+}
+
+/// Make recorded history durable every `every`; a crash loses at most that much.
+async fn flush_loop(store: Arc<Store>, every: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let st = store.clone();
+        match tokio::task::spawn_blocking(move || st.flush()).await {
+            Ok(Ok(stats)) => {
+                debug!(chunks = stats.chunks, through = ?stats.through.map(crate::time::rfc3339), "history flushed")
+            }
+            Ok(Err(e)) => error!(error = %e, "history flush failed; will retry"),
+            Err(e) => error!(error = %e, "history flush panicked"),
+        }
+    }
 }
 
 /// SIGTERM/SIGINT: cancel `shutdown`. SIGHUP: reload and validate the config;

@@ -12,6 +12,7 @@ pub mod scaler;
 pub mod sizing;
 pub mod sources;
 pub mod state;
+pub mod store;
 pub mod telemetry;
 pub mod time;
 pub mod vllm_sim;

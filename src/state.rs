@@ -6,7 +6,11 @@
 //! a whole new snapshot each tick, and a `watch` channel tells the streaming
 //! RPCs that something may have changed.
 
-use std::{collections::HashMap, sync::Arc, time::SystemTime};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::SystemTime,
+};
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
@@ -25,6 +29,8 @@ pub struct WorkloadState {
     pub per_replica: f64,
     /// Metric names served for this workload, lowercase.
     pub metrics: MetricNames,
+    /// Latest reading of each recorded signal, with its age at the last tick.
+    pub signals: BTreeMap<Signal, SignalReading>,
     /// The latest decision; `None` until a usable signal has been read.
     pub decision: Option<Decision>,
     /// When the decision was made.
@@ -32,6 +38,13 @@ pub struct WorkloadState {
     pub decided_at: Option<SystemTime>,
     /// Why the latest poll gave no decision, if it did not.
     pub error: Option<String>,
+}
+
+/// A signal's latest value and how old it was when the tick read it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SignalReading {
+    pub value: f64,
+    pub age_secs: f64,
 }
 
 /// The metric names of the two encodings.
@@ -56,6 +69,7 @@ impl WorkloadState {
                 replicas: metric_name(&w.name, "replicas"),
                 load: metric_name(&w.name, w.target.signal.as_str()),
             },
+            signals: BTreeMap::new(),
             decision: None,
             decided_at: None,
             error: None,

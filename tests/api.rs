@@ -20,20 +20,20 @@ async fn get(app: &axum::Router, path: &str) -> (StatusCode, String) {
 
 #[tokio::test]
 async fn readiness_waits_for_the_first_decisions() {
-    let settings = Settings::from_yaml(common::KNOWN_ANSWERS, "test", Path::new(".")).unwrap();
+    let settings = Settings::from_yaml(&common::known_answers(), "test", Path::new(".")).unwrap();
     let registry = Registry::new();
     let app = api::router(registry.clone());
     assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK);
     assert_eq!(get(&app, "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
-    Engine::new(&settings, registry.clone()).tick(std::time::SystemTime::now()).await;
+    Engine::new(&settings, registry.clone(), common::store_with_known_readings()).tick(std::time::SystemTime::now());
     assert_eq!(get(&app, "/readyz").await.0, StatusCode::OK);
 }
 
 #[tokio::test]
 async fn workloads_lists_every_decision_with_its_reason() {
-    let settings = Settings::from_yaml(common::KNOWN_ANSWERS, "test", Path::new(".")).unwrap();
+    let settings = Settings::from_yaml(&common::known_answers(), "test", Path::new(".")).unwrap();
     let registry = Registry::new();
-    Engine::new(&settings, registry.clone()).tick(std::time::SystemTime::now()).await;
+    Engine::new(&settings, registry.clone(), common::store_with_known_readings()).tick(std::time::SystemTime::now());
     let (status, body) = get(&api::router(registry), "/api/v1/workloads").await;
     assert_eq!(status, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -26,7 +26,7 @@ const GOOD: &str = "workloads:
   - name: llama-8b
     model: llama-3.1-8b-h100
     target: {signal: concurrency}
-    source: {demo: {peak_concurrency: 10}}
+    source: {scrape: {targets: [http://10.0.0.5:8000/metrics], interval_secs: 15}}
 ";
 
 #[test]
@@ -66,8 +66,8 @@ fn typos_and_wrong_types_name_file_line_and_field() {
         ),
         // a wrong type
         (
-            GOOD.replace("peak_concurrency: 10", "peak_concurrency: lots"),
-            "FILE:5:39: workloads[0].source.demo.peak_concurrency: invalid type: string \"lots\", expected f64",
+            GOOD.replace("interval_secs: 15", "interval_secs: lots"),
+            "FILE:5:79: workloads[0].source.scrape.interval_secs: invalid type: string \"lots\", expected f64",
         ),
         // an unknown signal
         (
@@ -76,8 +76,8 @@ fn typos_and_wrong_types_name_file_line_and_field() {
         ),
         // an unknown source kind
         (
-            GOOD.replace("{demo:", "{vllm:"),
-            "FILE:5:14: workloads[0].source.vllm: unknown variant `vllm`, expected `demo`",
+            GOOD.replace("{scrape:", "{vllm:"),
+            "FILE:5:14: workloads[0].source.vllm: unknown variant `vllm`, expected one of `scrape`, `prometheus`, `simulated`",
         ),
         // a missing required key
         (GOOD.replace("    model: llama-3.1-8b-h100\n", ""), "FILE:2:5: workloads[0]: missing field `model`"),
@@ -98,14 +98,14 @@ workloads:
   - name: Llama_8B
     model: llama-9b
     target: {signal: concurrency}
-    source: {demo: {peak_concurrency: 10}}
+    source: {scrape: {targets: [http://10.0.0.5:8000/metrics], interval_secs: 15}}
   - name: ok
     model: llama-3.1-8b-h100
     min_replicas: 5
     max_replicas: 2
     signals: [queue_depth]
     target: {signal: concurrency}
-    source: {demo: {peak_concurrency: -1}}
+    source: {scrape: {targets: [ftp://x], timeout_secs: -1}}
 ";
     let (code, _, err) = check(yaml);
     assert_eq!(code, 1);
@@ -115,7 +115,8 @@ workloads:
         "FILE: workloads[0].model: unknown model profile `llama-9b`; known: llama-3.1-405b-h100-2node, llama-3.1-70b-h100-tp4, llama-3.1-8b-h100",
         "FILE: workloads[1].min_replicas: 5 exceeds max_replicas 2",
         "FILE: workloads[1].target.signal: `concurrency` is not in this workload's signals",
-        "FILE: workloads[1].source.demo.peak_concurrency: must be a finite number >= 0, got -1",
+        "FILE: workloads[1].source.scrape.targets: `ftp://x` is not an http(s) URL",
+        "FILE: workloads[1].source.scrape.timeout_secs: must be within 0.05..=300, got -1",
     ] {
         assert!(err.contains(want), "want {want:?} in:\n{err}");
     }

@@ -98,6 +98,16 @@ fn foresight_deployment_config_and_service_agree() {
     let volume = pod["volumes"].as_sequence().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
     assert_eq!(s(volume, "configMap.name"), "foresight-config");
     assert!(config_path.ends_with("/foresight.yaml"));
+    // The history store sits on a writable volume (the root filesystem is read-only).
+    let store_dir =
+        settings.store.path.as_ref().expect("a persistent store").parent().unwrap().to_str().unwrap().to_string();
+    let data = c["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| s(m, "mountPath") == store_dir)
+        .expect("store dir is mounted");
+    assert!(data["readOnly"].as_bool() != Some(true));
 
     let ports: HashMap<&str, i64> = c["ports"]
         .as_sequence()

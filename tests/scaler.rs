@@ -25,10 +25,11 @@ struct Harness {
 }
 
 async fn harness() -> Harness {
-    let settings = Settings::from_yaml(common::KNOWN_ANSWERS, "test", Path::new(".")).unwrap();
+    let settings = Settings::from_yaml(&common::known_answers(), "test", Path::new(".")).unwrap();
     let registry = Registry::new();
-    let mut engine = Engine::new(&settings, registry.clone());
-    engine.tick(std::time::SystemTime::now()).await;
+    let store = common::store_with_known_readings();
+    let mut engine = Engine::new(&settings, registry.clone(), store);
+    engine.tick(std::time::SystemTime::now());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
@@ -94,7 +95,7 @@ async fn metric_specs_for_both_encodings() {
         h.client.get_metric_spec(so("fractional", &[("encoding", "load")])).await.unwrap().into_inner().metric_specs;
     assert_eq!(
         (spec[0].metric_name.as_str(), spec[0].target_size_float, spec[0].target_size),
-        ("foresight-fractional-request-rate", 2.5, 3)
+        ("foresight-fractional-kv-cache-usage", 0.25, 1)
     );
 }
 
@@ -108,10 +109,11 @@ async fn metric_values_set_float_and_int() {
     );
     assert_eq!(value(&mut h, "idle", "foresight-idle-replicas", &[]).await, (0.0, 0));
     assert_eq!(
-        value(&mut h, "fractional", "foresight-fractional-request-rate", &[("encoding", "load")]).await,
-        (1.25, 1)
+        value(&mut h, "fractional", "foresight-fractional-kv-cache-usage", &[("encoding", "load")]).await,
+        (0.3, 0),
+        "0.3 as float, 0 as int: KEDA reads the float because it is > 0"
     );
-    assert_eq!(value(&mut h, "fractional", "foresight-fractional-replicas", &[]).await, (1.0, 1));
+    assert_eq!(value(&mut h, "fractional", "foresight-fractional-replicas", &[]).await, (2.0, 2));
     // KEDA may hand back the HPA's name, prefixed and in another case.
     assert_eq!(value(&mut h, "llama-8b", "s0-Foresight-Llama-8B-Replicas", &[]).await, (4.0, 4));
 }
@@ -176,7 +178,7 @@ async fn without_a_decision_metrics_are_unavailable_but_the_spec_still_answers()
     let mut h = harness().await;
     republish(&h.registry, "llama-8b", |s| {
         s.decision = None;
-        s.error = Some("source reported no usable value for signal `concurrency`".into());
+        s.error = Some("stale: the last `concurrency` reading is 95 s old (stale_after_secs 0.6)".into());
     });
     let e = h
         .client
@@ -187,7 +189,7 @@ async fn without_a_decision_metrics_are_unavailable_but_the_spec_still_answers()
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unavailable);
-    assert!(e.message().contains("no usable value for signal `concurrency`"), "{}", e.message());
+    assert!(e.message().contains("stale: the last `concurrency` reading is 95 s old"), "{}", e.message());
     assert_eq!(h.client.is_active(so("llama-8b", &[])).await.unwrap_err().code(), Code::Unavailable);
     let spec = h.client.get_metric_spec(so("llama-8b", &[])).await.unwrap().into_inner();
     assert_eq!(spec.metric_specs[0].metric_name, "foresight-llama-8b-replicas");

@@ -21,7 +21,7 @@ fn so(workload: &str, encoding: &str) -> ScaledObjectRef {
 
 fn tls_config(dir: &Path, client_ca: bool) -> String {
     let ca = if client_ca { format!("\n    client_ca_file: {}/ca.pem", dir.display()) } else { String::new() };
-    common::KNOWN_ANSWERS.replacen(
+    common::known_answers().replacen(
         "grpc:\n  listen: 127.0.0.1:0",
         &format!("grpc:\n  listen: 127.0.0.1:0\n  tls:\n    cert_file: server.pem\n    key_file: server.key{ca}"),
         1,
@@ -94,7 +94,7 @@ async fn next<T>(stream: &mut tonic::Streaming<T>) -> T {
 #[tokio::test]
 async fn sighup_reloads_config_and_open_streams_see_the_new_spec() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), common::KNOWN_ANSWERS);
+    let s = Server::start(dir.path(), &common::known_answers());
     let mut client = ExternalScalerClient::connect(s.grpc_url()).await.unwrap();
     let mut stream = client.stream_metric_spec(so("llama-8b", "load")).await.unwrap().into_inner();
     let first = next(&mut stream).await;
@@ -106,7 +106,7 @@ async fn sighup_reloads_config_and_open_streams_see_the_new_spec() {
     s.wait_for_log("config reload failed", Duration::from_secs(10));
     assert_eq!(replicas(&mut client).await.unwrap(), 4.0);
 
-    let edited = common::KNOWN_ANSWERS.replacen(
+    let edited = common::known_answers().replacen(
         "target: {signal: concurrency}",
         "target: {signal: concurrency, per_replica: 20}",
         1,
@@ -126,7 +126,7 @@ async fn sighup_reloads_config_and_open_streams_see_the_new_spec() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_streams_and_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Server::start(dir.path(), common::KNOWN_ANSWERS);
+    let mut s = Server::start(dir.path(), &common::known_answers());
     let mut client = ExternalScalerClient::connect(s.grpc_url()).await.unwrap();
     let mut stream = client.stream_is_active(so("llama-8b", "replicas")).await.unwrap().into_inner();
     assert!(stream.next().await.unwrap().unwrap().result);

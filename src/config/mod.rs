@@ -81,7 +81,19 @@ pub struct Settings {
     pub http: HttpSettings,
     pub tick_interval: Duration,
     pub log_every_decision: bool,
+    pub store: StoreSettings,
     pub workloads: Vec<Arc<Workload>>,
+}
+
+/// Where and how history is kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreSettings {
+    /// `None`: in memory only.
+    pub path: Option<PathBuf>,
+    pub resolution: Duration,
+    pub retention: Duration,
+    pub flush_interval: Duration,
+    pub cache_bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -114,6 +126,8 @@ pub struct Workload {
     pub signals: Vec<Signal>,
     pub target: Target,
     pub activation_threshold: f64,
+    /// Signals older than this give no decision.
+    pub stale_after: Duration,
     pub source: SourceConfig,
 }
 
@@ -225,6 +239,26 @@ fn validate(
             }
         }
     }
+    let st = &raw.store;
+    if !(1..=86_400).contains(&st.resolution_secs) {
+        bad("store.resolution_secs".into(), format!("must be within 1..=86400, got {}", st.resolution_secs));
+    }
+    if !(1.0 / 24.0..=3650.0).contains(&st.retention_days) {
+        bad("store.retention_days".into(), format!("must be within 1/24..=3650, got {}", st.retention_days));
+    }
+    if !(0.1..=3600.0).contains(&st.flush_interval_secs) {
+        bad("store.flush_interval_secs".into(), format!("must be within 0.1..=3600, got {}", st.flush_interval_secs));
+    }
+    if !(1..=65_536).contains(&st.cache_mib) {
+        bad("store.cache_mib".into(), format!("must be within 1..=65536, got {}", st.cache_mib));
+    }
+    let store = StoreSettings {
+        path: st.path.as_ref().map(|p| base.join(p)),
+        resolution: Duration::from_secs(st.resolution_secs.clamp(1, 86_400)),
+        retention: Duration::from_secs_f64(st.retention_days.clamp(1.0 / 24.0, 3650.0) * 86_400.0),
+        flush_interval: Duration::from_secs_f64(st.flush_interval_secs.clamp(0.1, 3600.0)),
+        cache_bytes: (st.cache_mib.clamp(1, 65_536) as usize) << 20,
+    };
     let d = &raw.defaults;
     if d.min_replicas > d.max_replicas {
         bad(
@@ -261,14 +295,32 @@ fn validate(
         if !(activation_threshold.is_finite() && activation_threshold >= 0.0) {
             bad(at("activation_threshold"), format!("must be a finite number >= 0, got {activation_threshold}"));
         }
-        let signals = w.signals.clone().unwrap_or_else(|| Signal::ALL.to_vec());
-        if !signals.contains(&w.target.signal) {
-            bad(at("target.signal"), format!("`{}` is not in this workload's signals", w.target.signal));
+        let signals = match &w.signals {
+            Some(list) => {
+                if !list.contains(&w.target.signal) {
+                    bad(at("target.signal"), format!("`{}` is not in this workload's signals", w.target.signal));
+                }
+                list.clone()
+            }
+            None => {
+                let mut list = Signal::DEFAULT.to_vec();
+                if !list.contains(&w.target.signal) {
+                    list.push(w.target.signal);
+                }
+                list
+            }
+        };
+        for (field, message) in w.source.problems() {
+            bad(at(&format!("source.{field}")), message);
         }
-        let SourceConfig::Demo(demo) = &w.source;
-        for (field, message) in demo.problems() {
-            bad(at(&format!("source.demo.{field}")), message);
-        }
+        let stale_after = match w.stale_after_secs {
+            Some(s) if (0.1..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
+            Some(s) => {
+                bad(at("stale_after_secs"), format!("must be within 0.1..=86400, got {s}"));
+                Duration::ZERO
+            }
+            None => w.source.interval() * 3,
+        };
         let Some(profile) = profiles.get(&w.model) else {
             let known: Vec<&str> = profiles.keys().map(String::as_str).collect();
             bad(at("model"), format!("unknown model profile `{}`; known: {}", w.model, known.join(", ")));
@@ -297,6 +349,7 @@ fn validate(
             signals,
             target: Target { signal: w.target.signal, per_replica },
             activation_threshold,
+            stale_after,
             source: w.source,
         }));
     }
@@ -310,6 +363,7 @@ fn validate(
         http: HttpSettings { listen: raw.http.listen },
         tick_interval: Duration::from_secs_f64(raw.tick_interval_secs),
         log_every_decision: raw.log_every_decision,
+        store,
         workloads,
     })
 }

@@ -29,6 +29,9 @@ pub struct RawConfig {
     /// Values a workload takes when it does not set them.
     #[serde(default)]
     pub defaults: RawDefaults,
+    /// Where signal history is kept.
+    #[serde(default)]
+    pub store: RawStore,
     /// The workloads Foresight sizes.
     pub workloads: Vec<RawWorkload>,
 }
@@ -88,6 +91,53 @@ fn default_http_listen() -> SocketAddr {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct RawStore {
+    /// The history database, relative to this file; `null` keeps history in memory only.
+    #[serde(default = "default_store_path")]
+    pub path: Option<PathBuf>,
+    /// Width of one history bucket.
+    #[serde(default = "default_resolution_secs")]
+    pub resolution_secs: u64,
+    #[serde(default = "default_retention_days")]
+    pub retention_days: f64,
+    /// How often recorded history is made durable; a crash loses at most this much.
+    #[serde(default = "default_flush_interval_secs")]
+    pub flush_interval_secs: f64,
+    /// Page cache of the database.
+    #[serde(default = "default_cache_mib")]
+    pub cache_mib: u64,
+}
+
+impl Default for RawStore {
+    fn default() -> Self {
+        RawStore {
+            path: default_store_path(),
+            resolution_secs: default_resolution_secs(),
+            retention_days: default_retention_days(),
+            flush_interval_secs: default_flush_interval_secs(),
+            cache_mib: default_cache_mib(),
+        }
+    }
+}
+
+fn default_store_path() -> Option<PathBuf> {
+    Some(PathBuf::from("foresight-data/history.redb"))
+}
+fn default_resolution_secs() -> u64 {
+    60
+}
+fn default_retention_days() -> f64 {
+    35.0
+}
+fn default_flush_interval_secs() -> f64 {
+    60.0
+}
+fn default_cache_mib() -> u64 {
+    16
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RawDefaults {
     #[serde(default)]
     pub min_replicas: u32,
@@ -120,13 +170,18 @@ pub struct RawWorkload {
     pub min_replicas: Option<u32>,
     #[serde(default)]
     pub max_replicas: Option<u32>,
-    /// Signals to read; default: all the source offers.
+    /// Signals to record; default: concurrency, queue_depth, request_rate,
+    /// prompt_tokens_rate, generation_tokens_rate (plus the target signal).
     #[serde(default)]
     pub signals: Option<Vec<Signal>>,
     /// The signal replicas are sized on, and what one replica handles.
     pub target: RawTarget,
     #[serde(default)]
     pub activation_threshold: Option<f64>,
+    /// Signals older than this are stale: no decision, KEDA's fallback applies.
+    /// Default: three source intervals.
+    #[serde(default)]
+    pub stale_after_secs: Option<f64>,
     /// Where the signals come from, as a one-key map: `source: {demo: {...}}`.
     #[serde(with = "serde_yaml_ng::with::singleton_map")]
     pub source: SourceConfig,

@@ -1,14 +1,21 @@
-//! Sources: where demand signals come from.
+//! Sources: where demand signals come from, and the collectors that write
+//! them into the [`Store`](crate::store::Store).
 //!
-//! A source is polled once per tick and returns a [`Signals`] snapshot, the
-//! current value of each demand signal for one workload. The set of sources is
-//! a closed enum ([`Source`]) rather than trait objects: each variant is a
-//! small typed config plus the state it needs between polls, and adding a
-//! source is adding a variant.
+//! - [`scrape`]: vLLM / KServe `/metrics` scraped directly ([`exposition`]
+//!   parses the text, [`vllm`] turns readings into signals);
+//! - [`prometheus`]: a Prometheus-compatible HTTP API, with backfill;
+//! - `simulated`: simulated vLLM pods started in-process
+//!   ([`crate::vllm_sim`]) and scraped over HTTP like real ones.
+//!
+//! The set of sources is a closed enum: each variant is a small typed config.
 
-pub mod demo;
+pub mod collector;
+pub mod exposition;
+pub mod prometheus;
+pub mod scrape;
+pub mod vllm;
 
-use std::{collections::BTreeMap, fmt, time::SystemTime};
+use std::{collections::BTreeMap, fmt, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
@@ -22,7 +29,9 @@ pub enum Signal {
     Running,
     /// Requests queued for a batch slot (`vllm:num_requests_waiting`).
     QueueDepth,
-    /// Request arrivals per second.
+    /// Finished requests per second (`vllm:request_success_total` rate); at
+    /// minute resolution this tracks arrivals, except while a queue builds,
+    /// which `queue_depth` shows.
     RequestRate,
     /// Prefill tokens per second (`vllm:prompt_tokens_total` rate).
     PromptTokensRate,
@@ -30,10 +39,18 @@ pub enum Signal {
     GenerationTokensRate,
     /// KV-cache use, mean fraction 0..1 across replicas (`vllm:kv_cache_usage_perc`).
     KvCacheUsage,
+    /// Time to first token, seconds, quantiles of the requests since the last poll.
+    TtftP50,
+    TtftP90,
+    TtftP99,
+    /// End-to-end request latency, seconds (vLLM, or KServe's predict latency).
+    E2eP50,
+    E2eP90,
+    E2eP99,
 }
 
 impl Signal {
-    pub const ALL: [Signal; 7] = [
+    pub const ALL: [Signal; 13] = [
         Signal::Concurrency,
         Signal::Running,
         Signal::QueueDepth,
@@ -41,6 +58,22 @@ impl Signal {
         Signal::PromptTokensRate,
         Signal::GenerationTokensRate,
         Signal::KvCacheUsage,
+        Signal::TtftP50,
+        Signal::TtftP90,
+        Signal::TtftP99,
+        Signal::E2eP50,
+        Signal::E2eP90,
+        Signal::E2eP99,
+    ];
+
+    /// What a workload records when its config names no signals: the demand
+    /// signals forecasting uses. Latency quantiles are opt-in.
+    pub const DEFAULT: [Signal; 5] = [
+        Signal::Concurrency,
+        Signal::QueueDepth,
+        Signal::RequestRate,
+        Signal::PromptTokensRate,
+        Signal::GenerationTokensRate,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -52,6 +85,12 @@ impl Signal {
             Signal::PromptTokensRate => "prompt_tokens_rate",
             Signal::GenerationTokensRate => "generation_tokens_rate",
             Signal::KvCacheUsage => "kv_cache_usage",
+            Signal::TtftP50 => "ttft_p50",
+            Signal::TtftP90 => "ttft_p90",
+            Signal::TtftP99 => "ttft_p99",
+            Signal::E2eP50 => "e2e_p50",
+            Signal::E2eP90 => "e2e_p90",
+            Signal::E2eP99 => "e2e_p99",
         }
     }
 }
@@ -80,44 +119,82 @@ impl Signals {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SourceError {
-    /// The source answered, but without the signal the workload scales on.
-    #[error("source reported no usable value for signal `{0}`")]
-    MissingSignal(Signal),
+    /// Every scrape target failed this round.
+    #[error("none of {0} scrape targets answered")]
+    NoTargetAnswered(usize),
+    #[error(transparent)]
+    Prometheus(#[from] prometheus::PromError),
+    #[error("simulated fleet: {0}")]
+    Simulated(String),
 }
 
-/// Which source a workload reads, as written in config (`source: {demo: {...}}`).
+/// Which source a workload reads, as written in config (`source: {scrape: {...}}`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum SourceConfig {
-    /// Simulated vLLM replicas inside the process, for the demo and for tests.
-    Demo(demo::DemoConfig),
+    /// Scrape vLLM / KServe pods' `/metrics` directly.
+    Scrape(scrape::ScrapeConfig),
+    /// Query a Prometheus-compatible HTTP API.
+    Prometheus(prometheus::PrometheusConfig),
+    /// Start simulated vLLM pods in-process and scrape them (demo, tests).
+    Simulated(SimulatedConfig),
 }
 
-/// A built source with the state it keeps between polls.
-#[derive(Debug)]
-pub enum Source {
-    Demo(demo::DemoFleet),
+/// `source: {simulated: {...}}`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulatedConfig {
+    pub fleet: crate::vllm_sim::SimConfig,
+    #[serde(default = "default_sim_interval_secs")]
+    pub interval_secs: f64,
 }
 
-impl Source {
-    pub fn build(config: &SourceConfig) -> Source {
-        match config {
-            SourceConfig::Demo(c) => Source::Demo(demo::DemoFleet::new(c.clone())),
-        }
+fn default_sim_interval_secs() -> f64 {
+    5.0
+}
+
+impl SourceConfig {
+    /// How often the source is polled.
+    pub fn interval(&self) -> Duration {
+        let secs = match self {
+            SourceConfig::Scrape(c) => c.interval_secs,
+            SourceConfig::Prometheus(c) => c.interval_secs,
+            SourceConfig::Simulated(c) => c.interval_secs,
+        };
+        Duration::from_secs_f64(secs.clamp(0.1, 3600.0))
     }
 
-    /// Read the current signals.
-    pub async fn poll(&mut self, now: SystemTime) -> Result<Signals, SourceError> {
-        match self {
-            Source::Demo(fleet) => Ok(fleet.poll(now)),
-        }
+    /// Problems as (field path below `source`, message).
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let (kind, found) = match self {
+            SourceConfig::Scrape(c) => ("scrape", c.problems()),
+            SourceConfig::Prometheus(c) => ("prometheus", c.problems()),
+            SourceConfig::Simulated(c) => {
+                let mut p: Vec<(&str, String)> = Vec::new();
+                if !(0.1..=3600.0).contains(&c.interval_secs) {
+                    p.push(("interval_secs", format!("must be within 0.1..=3600, got {}", c.interval_secs)));
+                }
+                let mut out: Vec<(String, String)> =
+                    p.into_iter().map(|(f, m)| (format!("simulated.{f}"), m)).collect();
+                out.extend(c.fleet.problems().into_iter().map(|(f, m)| (format!("simulated.fleet.{f}"), m)));
+                return out;
+            }
+        };
+        found.into_iter().map(|(f, m)| (format!("{kind}.{f}"), m)).collect()
     }
+}
 
-    /// Tell the source what was decided, for sources that simulate the fleet
-    /// being scaled (the demo). Real sources ignore it.
-    pub fn observe_decision(&mut self, desired_replicas: u32, now: SystemTime) {
-        match self {
-            Source::Demo(fleet) => fleet.scale_to(desired_replicas, now),
-        }
-    }
+/// An HTTP client for the sources. reqwest is built without a default TLS
+/// crypto provider, so install ring (the one tonic uses) once, first.
+pub(crate) fn http_client(timeout: Duration) -> reqwest::Client {
+    static PROVIDER: std::sync::Once = std::sync::Once::new();
+    PROVIDER.call_once(|| {
+        // Err means a provider is installed already, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .user_agent(concat!("foresight/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
 }

@@ -23,7 +23,8 @@ use serde::Deserialize;
 pub struct DemandConfig {
     /// Mean arrival rate across the fleet, requests per second.
     pub requests_per_sec: f64,
-    /// Relative swing of the daily cycle, 0..1 (trough at midnight UTC, peak at noon).
+    /// Relative swing of the daily cycle (trough at midnight UTC, peak at
+    /// noon); above 1 the rate is zero for part of each day.
     #[serde(default = "default_daily_amplitude")]
     pub daily_amplitude: f64,
     /// Rate multiplier on Saturdays and Sundays (UTC).
@@ -62,11 +63,11 @@ impl DemandConfig {
 
     pub fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
-        if !(self.requests_per_sec.is_finite() && self.requests_per_sec >= 0.0) {
-            out.push(("requests_per_sec", format!("must be a finite number >= 0, got {}", self.requests_per_sec)));
+        if !(0.0..=100_000.0).contains(&self.requests_per_sec) {
+            out.push(("requests_per_sec", format!("must be within 0..=100000, got {}", self.requests_per_sec)));
         }
-        if !(0.0..=1.0).contains(&self.daily_amplitude) {
-            out.push(("daily_amplitude", format!("must be within 0..1, got {}", self.daily_amplitude)));
+        if !(0.0..=10.0).contains(&self.daily_amplitude) {
+            out.push(("daily_amplitude", format!("must be within 0..=10, got {}", self.daily_amplitude)));
         }
         if !(self.weekend_factor.is_finite() && self.weekend_factor >= 0.0) {
             out.push(("weekend_factor", format!("must be a finite number >= 0, got {}", self.weekend_factor)));

@@ -11,6 +11,17 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// The status code of `GET path` on `addr` (plain HTTP/1.0), if it answered.
+pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(c, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    c.read_to_string(&mut buf).ok()?;
+    buf.split_whitespace().nth(1)?.parse().ok()
+}
+
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_foresight"))
 }
@@ -60,7 +71,21 @@ impl Server {
                 panic!("foresight did not start listening; log:\n{}", log.lock().unwrap().join("\n"));
             }
         };
-        Server { child, grpc, http, config, log }
+        let server = Server { child, grpc, http, config, log };
+        server.wait_ready(Duration::from_secs(30));
+        server
+    }
+
+    /// Wait until `/readyz` answers 200: every workload has a decision.
+    pub fn wait_ready(&self, timeout: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if http_status(self.http, "/readyz") == Some(200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("foresight never became ready; log:\n{}", self.log.lock().unwrap().join("\n"));
     }
 
     pub fn grpc_url(&self) -> String {
@@ -106,8 +131,40 @@ impl Drop for Server {
     }
 }
 
-/// Three demo workloads of constant demand with known answers (see the file).
+/// Three workloads with known answers (see the file), `{{METRICS}}` unfilled.
 pub const KNOWN_ANSWERS: &str = include_str!("../fixtures/known-answers.yaml");
+
+/// The known-answers config pointing at [`fake_vllm`].
+pub fn known_answers() -> String {
+    KNOWN_ANSWERS.replace("{{METRICS}}", &fake_vllm())
+}
+
+/// Base URL of a server (started once per test binary) that serves the
+/// fixed vLLM bodies in `tests/fixtures/fake-vllm/`.
+pub fn fake_vllm() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-vllm");
+                let app = axum::Router::new().route(
+                    "/{file}",
+                    axum::routing::get(move |axum::extract::Path(file): axum::extract::Path<String>| {
+                        let path = dir.join(file.replace('/', ""));
+                        async move { std::fs::read_to_string(path).unwrap_or_default() }
+                    }),
+                );
+                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(format!("http://{}", l.local_addr().unwrap())).unwrap();
+                axum::serve(l, app).await.unwrap();
+            });
+        });
+        rx.recv().unwrap()
+    })
+    .clone()
+}
 
 /// Test PKI written to `dir`: `ca.pem`, `server.{pem,key}` (for 127.0.0.1 and
 /// localhost), `client.{pem,key}` signed by the CA, and `rogue.{pem,key}`, a
@@ -132,4 +189,19 @@ pub fn write_pki(dir: &Path) {
     leaf(vec!["localhost".into(), "127.0.0.1".into()], &ca, "server");
     leaf(vec!["keda-operator".into()], &ca, "client");
     leaf(vec!["keda-operator".into()], &rogue_ca, "rogue");
+}
+
+/// An in-memory store holding the readings the known-answers sources serve.
+pub fn store_with_known_readings() -> std::sync::Arc<foresight::store::Store> {
+    let store = foresight::store::Store::open(foresight::store::StoreConfig::default()).unwrap();
+    let now = std::time::SystemTime::now();
+    for (series, v) in [
+        ("inference/llama-8b/concurrency", 100.0),
+        ("inference/llama-8b/queue_depth", 40.0),
+        ("inference/idle/concurrency", 0.0),
+        ("inference/fractional/kv_cache_usage", 0.3),
+    ] {
+        store.set_latest(series, now, v);
+    }
+    std::sync::Arc::new(store)
 }

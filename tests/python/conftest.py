@@ -1,8 +1,11 @@
 """Fixtures for the black-box tests: compile proto/externalscaler.proto with
 grpcio-tools into a temporary package, and run the real `foresight` binary."""
 
+import functools
+import http.server
 import importlib
 import json
+import urllib.request
 import os
 import pathlib
 import subprocess
@@ -37,6 +40,19 @@ def pb(tmp_path_factory):
     return pb2, grpc_mod
 
 
+@pytest.fixture(scope="session")
+def fake_vllm():
+    """Base URL of a server for the fixed vLLM bodies in tests/fixtures/fake-vllm/."""
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(ROOT / "tests" / "fixtures" / "fake-vllm")
+    )
+    handler.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
 def foresight_bin():
     path = os.environ.get("FORESIGHT_BIN", str(ROOT / "target" / "debug" / "foresight"))
     assert os.path.exists(path), f"{path} missing: build first (scripts/test does)"
@@ -69,12 +85,24 @@ class Foresight:
                     continue
                 if ev.get("message") == "listening":
                     self.grpc = ev["grpc"]
+                    self.http = ev["http"]
                     ready.set()
 
         threading.Thread(target=read, daemon=True).start()
         if not ready.wait(30):
             self.stop()
             raise AssertionError("foresight did not start:\n" + "".join(self.log))
+        # Ready = every workload has a decision (its first scrape is in).
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                if urllib.request.urlopen(f"http://{self.http}/readyz", timeout=2).status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError("foresight never became ready:\n" + "".join(self.log))
 
     def stop(self):
         if self.proc.poll() is None:

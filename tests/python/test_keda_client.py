@@ -57,8 +57,8 @@ class KedaLikeClient:
 
 
 @pytest.fixture
-def client(pb, foresight):
-    f = foresight(CONFIG)
+def client(pb, foresight, fake_vllm):
+    f = foresight(CONFIG.replace("{{METRICS}}", fake_vllm))
     c = KedaLikeClient(pb, f.grpc)
     yield c
     c.channel.close()
@@ -80,7 +80,8 @@ def test_zero_demand_reads_as_zero_and_inactive(client):
 
 
 def test_fractional_load_survives_keda_rounding(client):
-    assert client.poll("fractional", encoding="load") == ("foresight-fractional-request-rate", 1.25, 2.5, True, 1)
+    # metricValue (int) is 0 here; KEDA must read metricValueFloat, which is > 0.
+    assert client.poll("fractional", encoding="load") == ("foresight-fractional-kv-cache-usage", 0.3, 0.25, True, 2)
 
 
 def test_metric_names_match_case_insensitively(client):

@@ -1,0 +1,355 @@
+//! The Prometheus HTTP API source (also Thanos and Mimir, same API): PromQL
+//! per signal, `query_range` to backfill history and to catch up each poll,
+//! an instant query for the latest value.
+//!
+//! History is written per bucket of the store's resolution: the value of
+//! bucket [b, b + res) is the query evaluated at b + res, so `rate(x[1m])`
+//! at 1-minute resolution is exactly that minute's rate. Only buckets older
+//! than `query_delay_secs` are written, so late-ingested samples are in, and
+//! replicas of Foresight querying one Prometheus store identical history.
+//! Ranges longer than `max_points_per_query` (Prometheus refuses more than
+//! 11,000 points per series) are split. A result with several series is
+//! summed per timestamp; an empty result is a gap, never a zero.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use serde::Deserialize;
+
+use super::Signal;
+
+/// `source: {prometheus: {...}}`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrometheusConfig {
+    /// Base URL, e.g. `http://prometheus.monitoring:9090` (Mimir: include the `/prometheus` prefix).
+    pub url: String,
+    /// Label matchers that select this workload's series, substituted for
+    /// `$selector` in the queries, e.g. `namespace="inference",model_name="llama-8b"`.
+    #[serde(default)]
+    pub selector: String,
+    /// Range for `rate()`, substituted for `$window`.
+    #[serde(default = "default_window")]
+    pub rate_window: String,
+    #[serde(default = "default_interval_secs")]
+    pub interval_secs: f64,
+    #[serde(default = "default_timeout_secs")]
+    pub timeout_secs: f64,
+    /// History to load at start-up (only what the store does not have yet).
+    #[serde(default = "default_backfill_days")]
+    pub backfill_days: f64,
+    /// Wait this long after a bucket ends before writing it.
+    #[serde(default = "default_query_delay_secs")]
+    pub query_delay_secs: f64,
+    #[serde(default = "default_max_points")]
+    pub max_points_per_query: usize,
+    /// PromQL per signal, overriding the defaults ([`default_query`]).
+    #[serde(default)]
+    pub queries: BTreeMap<Signal, String>,
+    /// Extra request headers (e.g. `X-Scope-OrgID` for Mimir).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+fn default_window() -> String {
+    "1m".into()
+}
+fn default_interval_secs() -> f64 {
+    30.0
+}
+fn default_timeout_secs() -> f64 {
+    10.0
+}
+fn default_backfill_days() -> f64 {
+    35.0
+}
+fn default_query_delay_secs() -> f64 {
+    10.0
+}
+fn default_max_points() -> usize {
+    11_000
+}
+
+/// The default PromQL for a signal over vLLM's metric names.
+pub fn default_query(signal: Signal) -> String {
+    let hq =
+        |q: &str, h: &str| format!("histogram_quantile({q}, sum by (le) (rate({h}_bucket{{$selector}}[$window])))");
+    match signal {
+        Signal::Concurrency => {
+            "sum(vllm:num_requests_running{$selector}) + sum(vllm:num_requests_waiting{$selector})".into()
+        }
+        Signal::Running => "sum(vllm:num_requests_running{$selector})".into(),
+        Signal::QueueDepth => "sum(vllm:num_requests_waiting{$selector})".into(),
+        Signal::RequestRate => "sum(rate(vllm:request_success_total{$selector}[$window]))".into(),
+        Signal::PromptTokensRate => "sum(rate(vllm:prompt_tokens_total{$selector}[$window]))".into(),
+        Signal::GenerationTokensRate => "sum(rate(vllm:generation_tokens_total{$selector}[$window]))".into(),
+        Signal::KvCacheUsage => {
+            "avg(vllm:kv_cache_usage_perc{$selector} or vllm:gpu_cache_usage_perc{$selector})".into()
+        }
+        Signal::TtftP50 => hq("0.5", "vllm:time_to_first_token_seconds"),
+        Signal::TtftP90 => hq("0.9", "vllm:time_to_first_token_seconds"),
+        Signal::TtftP99 => hq("0.99", "vllm:time_to_first_token_seconds"),
+        Signal::E2eP50 => hq("0.5", "vllm:e2e_request_latency_seconds"),
+        Signal::E2eP90 => hq("0.9", "vllm:e2e_request_latency_seconds"),
+        Signal::E2eP99 => hq("0.99", "vllm:e2e_request_latency_seconds"),
+    }
+}
+
+impl PrometheusConfig {
+    /// The PromQL for `signal`, placeholders filled in.
+    pub fn query(&self, signal: Signal) -> String {
+        let template = self.queries.get(&signal).cloned().unwrap_or_else(|| default_query(signal));
+        template.replace("$selector", &self.selector).replace("$window", &self.rate_window)
+    }
+
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if reqwest::Url::parse(&self.url).map(|u| !matches!(u.scheme(), "http" | "https")).unwrap_or(true) {
+            out.push(("url", format!("`{}` is not an http(s) URL", self.url)));
+        }
+        if !(1.0..=3600.0).contains(&self.interval_secs) {
+            out.push(("interval_secs", format!("must be within 1..=3600, got {}", self.interval_secs)));
+        }
+        if !(0.1..=300.0).contains(&self.timeout_secs) {
+            out.push(("timeout_secs", format!("must be within 0.1..=300, got {}", self.timeout_secs)));
+        }
+        if !(0.0..=400.0).contains(&self.backfill_days) {
+            out.push(("backfill_days", format!("must be within 0..=400, got {}", self.backfill_days)));
+        }
+        if !(0.0..=3600.0).contains(&self.query_delay_secs) {
+            out.push(("query_delay_secs", format!("must be within 0..=3600, got {}", self.query_delay_secs)));
+        }
+        if !(2..=11_000).contains(&self.max_points_per_query) {
+            out.push(("max_points_per_query", format!("must be within 2..=11000, got {}", self.max_points_per_query)));
+        }
+        for (k, v) in &self.headers {
+            if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err()
+                || reqwest::header::HeaderValue::from_str(v).is_err()
+            {
+                out.push(("headers", format!("`{k}` is not a valid HTTP header")));
+            }
+        }
+        out
+    }
+}
+
+/// What went wrong talking to Prometheus.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PromError {
+    #[error("request to {url} failed: {source}")]
+    Http { url: String, source: reqwest::Error },
+    #[error("{url} answered {status}: {error_type}: {error}")]
+    Api { url: String, status: u16, error_type: String, error: String },
+    #[error("{url}: unexpected response: {detail}")]
+    Decode { url: String, detail: String },
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    status: String,
+    #[serde(default)]
+    data: Option<Data>,
+    #[serde(default, rename = "errorType")]
+    error_type: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "resultType", content = "result", rename_all = "lowercase")]
+enum Data {
+    Vector(Vec<VectorItem>),
+    Matrix(Vec<MatrixItem>),
+    Scalar((f64, String)),
+    String(serde::de::IgnoredAny),
+}
+
+#[derive(Deserialize)]
+struct VectorItem {
+    value: (f64, String),
+}
+
+#[derive(Deserialize)]
+struct MatrixItem {
+    values: Vec<(f64, String)>,
+}
+
+/// Prometheus writes values as strings, `NaN` and `+Inf` included.
+fn number(s: &str) -> f64 {
+    s.parse().unwrap_or(f64::NAN)
+}
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
+}
+
+/// A client for one Prometheus.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+    headers: reqwest::header::HeaderMap,
+}
+
+impl Client {
+    pub fn new(config: &PrometheusConfig) -> Client {
+        let http = super::http_client(Duration::from_secs_f64(config.timeout_secs));
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (k, v) in &config.headers {
+            if let (Ok(k), Ok(v)) =
+                (reqwest::header::HeaderName::from_bytes(k.as_bytes()), reqwest::header::HeaderValue::from_str(v))
+            {
+                headers.insert(k, v);
+            }
+        }
+        Client { base: config.url.trim_end_matches('/').to_string(), http, headers }
+    }
+
+    async fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Data, PromError> {
+        let url = format!("{}{path}", self.base);
+        let res = self
+            .http
+            .post(&url)
+            .headers(self.headers.clone())
+            .form(params)
+            .send()
+            .await
+            .map_err(|source| PromError::Http { url: url.clone(), source })?;
+        let status = res.status().as_u16();
+        let body = res.bytes().await.map_err(|source| PromError::Http { url: url.clone(), source })?;
+        let env: Envelope = serde_json::from_slice(&body).map_err(|e| PromError::Decode {
+            url: url.clone(),
+            detail: format!("HTTP {status}: {e}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])),
+        })?;
+        if env.status != "success" {
+            return Err(PromError::Api {
+                url,
+                status,
+                error_type: env.error_type.unwrap_or_default(),
+                error: env.error.unwrap_or_default(),
+            });
+        }
+        env.data.ok_or_else(|| PromError::Decode { url, detail: "no data".into() })
+    }
+
+    /// An instant query; `None` for an empty result (no series).
+    pub async fn instant(&self, query: &str, at: SystemTime) -> Result<Option<f64>, PromError> {
+        let data =
+            self.get("/api/v1/query", &[("query", query.to_string()), ("time", format!("{:.3}", unix(at)))]).await?;
+        Ok(match data {
+            Data::Vector(items) if items.is_empty() => None,
+            Data::Vector(items) => Some(items.iter().map(|i| number(&i.value.1)).sum()),
+            Data::Scalar((_, v)) => Some(number(&v)),
+            Data::Matrix(_) | Data::String(_) => {
+                return Err(PromError::Decode {
+                    url: self.base.clone(),
+                    detail: "instant query gave a matrix or string".into(),
+                })
+            }
+        })
+    }
+
+    /// `query_range` over [start, end] (inclusive) at `step`; values summed
+    /// across series per timestamp, as (unix secs, value).
+    pub async fn range(&self, query: &str, start: f64, end: f64, step: f64) -> Result<Vec<(f64, f64)>, PromError> {
+        let data = self
+            .get(
+                "/api/v1/query_range",
+                &[
+                    ("query", query.to_string()),
+                    ("start", format!("{start:.3}")),
+                    ("end", format!("{end:.3}")),
+                    ("step", format!("{step}")),
+                ],
+            )
+            .await?;
+        let Data::Matrix(series) = data else {
+            return Err(PromError::Decode {
+                url: self.base.clone(),
+                detail: "query_range did not give a matrix".into(),
+            });
+        };
+        let mut sums: BTreeMap<i64, f64> = BTreeMap::new();
+        for s in series {
+            for (t, v) in s.values {
+                *sums.entry((t * 1000.0).round() as i64).or_default() += number(&v);
+            }
+        }
+        Ok(sums.into_iter().map(|(ms, v)| (ms as f64 / 1000.0, v)).collect())
+    }
+}
+
+/// Split the buckets [first, last] (bucket indices at `res_secs`) into query
+/// windows of at most `max_points` evaluation points each.
+pub fn chunks(first: i64, last: i64, max_points: usize) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    let mut b = first;
+    let span = max_points.max(1) as i64;
+    while b <= last {
+        let e = (b + span - 1).min(last);
+        out.push((b, e));
+        b = e + 1;
+    }
+    out
+}
+
+/// Per-bucket values for buckets [first, last] from a range query evaluated
+/// at bucket ends; NaN where Prometheus had nothing.
+pub async fn bucket_values(
+    client: &Client,
+    query: &str,
+    first: i64,
+    last: i64,
+    res_secs: f64,
+) -> Result<Vec<f64>, PromError> {
+    let points = client.range(query, (first + 1) as f64 * res_secs, (last + 1) as f64 * res_secs, res_secs).await?;
+    let mut values = vec![f64::NAN; (last - first + 1).max(0) as usize];
+    let by_bucket: HashMap<i64, f64> =
+        points.into_iter().map(|(t, v)| (((t / res_secs).round() as i64) - 1, v)).collect();
+    for (i, v) in values.iter_mut().enumerate() {
+        if let Some(x) = by_bucket.get(&(first + i as i64)) {
+            *v = *x;
+        }
+    }
+    Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn five_weeks_at_one_minute_split_under_the_limit() {
+        let weeks5 = 5 * 7 * 24 * 60;
+        let c = chunks(0, weeks5 - 1, 11_000);
+        assert_eq!(c.len(), 5);
+        assert!(c.iter().all(|(a, b)| b - a < 11_000));
+        assert_eq!((c[0].0, c.last().unwrap().1), (0, weeks5 - 1));
+        assert!(c.windows(2).all(|w| w[1].0 == w[0].1 + 1), "contiguous, no overlap");
+        assert!(chunks(5, 4, 10).is_empty());
+    }
+
+    #[test]
+    fn templates_fill_selector_and_window() {
+        let mut c: PrometheusConfig =
+            serde_yaml_ng::from_str("url: http://p:9090\nselector: 'model_name=\"m\"'").unwrap();
+        assert_eq!(c.query(Signal::RequestRate), "sum(rate(vllm:request_success_total{model_name=\"m\"}[1m]))");
+        c.queries.insert(Signal::QueueDepth, "max(my_queue{$selector})".into());
+        assert_eq!(c.query(Signal::QueueDepth), "max(my_queue{model_name=\"m\"})");
+        assert!(c.problems().is_empty());
+        c.url = "ftp://x".into();
+        assert_eq!(c.problems()[0].0, "url");
+    }
+
+    #[test]
+    fn prometheus_numbers_parse() {
+        assert!(number("NaN").is_nan());
+        assert_eq!(number("+Inf"), f64::INFINITY);
+        assert_eq!(number("-Inf"), f64::NEG_INFINITY);
+        assert_eq!(number("1.5e3"), 1500.0);
+        assert!(number("garbage").is_nan());
+    }
+}

@@ -1,0 +1,233 @@
+//! The direct scraper: GET `/metrics` from every vLLM or KServe pod of a
+//! workload, concurrently, and derive the workload's signals.
+//!
+//! Targets are static URLs, or a DNS name resolved on every poll to all its
+//! A/AAAA records (a headless Service lists one per ready pod). A target
+//! that is down, slow or answers garbage is logged and counted, and the
+//! round goes on with the others: signals then sum over the pods that
+//! answered (the count is reported). Only when no target answers does the
+//! poll fail.
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use serde::Deserialize;
+use tokio::{sync::Semaphore, task::JoinSet};
+use tracing::warn;
+
+use super::{
+    exposition::{self, Format},
+    vllm::{self, Deriver},
+    Signals, SourceError,
+};
+
+/// `source: {scrape: {...}}`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScrapeConfig {
+    /// Static target URLs, e.g. `http://10.0.0.5:8000/metrics`.
+    #[serde(default)]
+    pub targets: Vec<String>,
+    /// Discover targets from DNS (every A/AAAA record of the name).
+    #[serde(default)]
+    pub dns: Option<DnsTargets>,
+    #[serde(default = "default_interval_secs")]
+    pub interval_secs: f64,
+    #[serde(default = "default_timeout_secs")]
+    pub timeout_secs: f64,
+    /// Scrapes in flight at once.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Keep only series with this `model_name` label.
+    #[serde(default)]
+    pub model_name: Option<String>,
+}
+
+/// Targets from a (headless Service) DNS name.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnsTargets {
+    pub name: String,
+    pub port: u16,
+    #[serde(default = "default_path")]
+    pub path: String,
+    #[serde(default = "default_scheme")]
+    pub scheme: String,
+}
+
+fn default_interval_secs() -> f64 {
+    15.0
+}
+fn default_timeout_secs() -> f64 {
+    5.0
+}
+fn default_concurrency() -> usize {
+    16
+}
+fn default_path() -> String {
+    "/metrics".into()
+}
+fn default_scheme() -> String {
+    "http".into()
+}
+
+impl ScrapeConfig {
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if self.targets.is_empty() && self.dns.is_none() {
+            out.push(("targets", "give `targets`, `dns`, or both".into()));
+        }
+        for t in &self.targets {
+            if reqwest::Url::parse(t).map(|u| !matches!(u.scheme(), "http" | "https")).unwrap_or(true) {
+                out.push(("targets", format!("`{t}` is not an http(s) URL")));
+            }
+        }
+        if let Some(d) = &self.dns {
+            if !matches!(d.scheme.as_str(), "http" | "https") {
+                out.push(("dns.scheme", format!("must be http or https, got `{}`", d.scheme)));
+            }
+            if !d.path.starts_with('/') {
+                out.push(("dns.path", format!("must start with `/`, got `{}`", d.path)));
+            }
+        }
+        if !(0.1..=3600.0).contains(&self.interval_secs) {
+            out.push(("interval_secs", format!("must be within 0.1..=3600, got {}", self.interval_secs)));
+        }
+        if !(0.05..=300.0).contains(&self.timeout_secs) {
+            out.push(("timeout_secs", format!("must be within 0.05..=300, got {}", self.timeout_secs)));
+        }
+        if self.concurrency == 0 {
+            out.push(("concurrency", "must be at least 1".into()));
+        }
+        out
+    }
+}
+
+/// Why one target gave nothing this round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TargetError {
+    /// Connection refused, reset, DNS, TLS.
+    Unreachable,
+    Timeout,
+    /// A non-2xx status.
+    Status,
+    /// The body is not a valid exposition.
+    Parse,
+    /// Valid, but without vLLM or KServe metrics.
+    NoKnownMetrics,
+}
+
+impl TargetError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetError::Unreachable => "unreachable",
+            TargetError::Timeout => "timeout",
+            TargetError::Status => "http_status",
+            TargetError::Parse => "parse",
+            TargetError::NoKnownMetrics => "no_known_metrics",
+        }
+    }
+}
+
+/// A scraper with the state rates need between polls.
+#[derive(Debug)]
+pub struct Scraper {
+    config: ScrapeConfig,
+    client: reqwest::Client,
+    deriver: Deriver,
+    /// Errors so far by (target, kind).
+    pub errors: BTreeMap<(String, TargetError), u64>,
+    /// Targets in the last round, and how many answered.
+    pub last_round: (usize, usize),
+}
+
+impl Scraper {
+    pub fn new(config: ScrapeConfig) -> Scraper {
+        let client = super::http_client(Duration::from_secs_f64(config.timeout_secs));
+        Scraper { config, client, deriver: Deriver::default(), errors: BTreeMap::new(), last_round: (0, 0) }
+    }
+
+    pub fn interval(&self) -> Duration {
+        Duration::from_secs_f64(self.config.interval_secs)
+    }
+
+    async fn targets(&self) -> Vec<String> {
+        let mut out = self.config.targets.clone();
+        if let Some(d) = &self.config.dns {
+            match tokio::net::lookup_host((d.name.as_str(), d.port)).await {
+                Ok(addrs) => {
+                    let mut found: Vec<String> = addrs.map(|a| format!("{}://{}{}", d.scheme, a, d.path)).collect();
+                    found.sort();
+                    found.dedup();
+                    out.extend(found);
+                }
+                Err(e) => warn!(name = %d.name, error = %e, "DNS lookup of scrape targets failed"),
+            }
+        }
+        out
+    }
+
+    /// Scrape every target once and derive signals.
+    pub async fn poll(&mut self, _now: SystemTime) -> Result<Signals, SourceError> {
+        let targets = self.targets().await;
+        let limit = Arc::new(Semaphore::new(self.config.concurrency));
+        let mut set = JoinSet::new();
+        for target in targets.iter().cloned() {
+            let (client, limit, model) = (self.client.clone(), limit.clone(), self.config.model_name.clone());
+            set.spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                let got = scrape_one(&client, &target, model.as_deref()).await;
+                (target, got)
+            });
+        }
+        let mut readings = Vec::new();
+        while let Some(joined) = set.join_next().await {
+            let Ok((target, got)) = joined else { continue };
+            match got {
+                Ok(r) => readings.push((target, r)),
+                Err((kind, detail)) => {
+                    warn!(%target, error = kind.as_str(), %detail, "scrape failed");
+                    *self.errors.entry((target, kind)).or_default() += 1;
+                }
+            }
+        }
+        self.last_round = (targets.len(), readings.len());
+        self.deriver.retain(&|t| targets.iter().any(|x| x == t));
+        if readings.is_empty() {
+            return Err(SourceError::NoTargetAnswered(targets.len()));
+        }
+        Ok(self.deriver.round(readings))
+    }
+}
+
+async fn scrape_one(
+    client: &reqwest::Client,
+    target: &str,
+    model: Option<&str>,
+) -> Result<vllm::Reading, (TargetError, String)> {
+    let res = client
+        .get(target)
+        .header(
+            reqwest::header::ACCEPT,
+            "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5",
+        )
+        .send()
+        .await
+        .map_err(|e| (if e.is_timeout() { TargetError::Timeout } else { TargetError::Unreachable }, e.to_string()))?;
+    if !res.status().is_success() {
+        return Err((TargetError::Status, res.status().to_string()));
+    }
+    let format =
+        Format::from_content_type(res.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
+    let body = res
+        .text()
+        .await
+        .map_err(|e| (if e.is_timeout() { TargetError::Timeout } else { TargetError::Unreachable }, e.to_string()))?;
+    // The reading's time is when the body arrived: rates divide by the time between bodies.
+    let at = SystemTime::now();
+    let families = exposition::parse(&body, format).map_err(|e| (TargetError::Parse, e.to_string()))?;
+    vllm::read(&families, at, model).map_err(|e| (TargetError::NoKnownMetrics, e.to_string()))
+}
