@@ -169,7 +169,11 @@ async fn flush_loop(store: Arc<Store>, every: Duration, shutdown: CancellationTo
         let st = store.clone();
         match tokio::task::spawn_blocking(move || st.flush()).await {
             Ok(Ok(stats)) => {
-                debug!(chunks = stats.chunks, through = ?stats.through.map(crate::time::rfc3339), "history flushed")
+                debug!(
+                    chunks = stats.chunks,
+                    through = stats.through.map(crate::time::rfc3339).as_deref().unwrap_or("none"),
+                    "history flushed"
+                )
             }
             Ok(Err(e)) => error!(error = %e, "history flush failed; will retry"),
             Err(e) => error!(error = %e, "history flush panicked"),

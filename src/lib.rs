@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod app;
+pub mod cli_tools;
 pub mod config;
 pub mod engine;
 pub mod scaler;

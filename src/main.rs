@@ -5,6 +5,7 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::{Parser, Subcommand};
 use foresight::{
     app::{self, ConfigSource},
+    cli_tools::{history, sim_export, sim_serve},
     config::Settings,
     telemetry::{self, LogFormat},
 };
@@ -37,12 +38,74 @@ enum Command {
         /// Config file (YAML).
         file: PathBuf,
     },
+    /// Print a workload's stored history as CSV (while `serve` is stopped: the store is locked while it runs).
+    History {
+        #[arg(long, short, env = "FORESIGHT_CONFIG")]
+        config: PathBuf,
+        /// `namespace/name`, or a name that is unique.
+        #[arg(long)]
+        workload: String,
+        #[arg(long, default_value = "concurrency")]
+        signal: String,
+        /// How far back, in minutes.
+        #[arg(long, default_value_t = 60.0)]
+        minutes: f64,
+    },
+    /// Simulated vLLM pods, for trying Foresight or feeding a Prometheus.
+    #[command(subcommand)]
+    VllmSim(SimCommand),
+}
+
+#[derive(Subcommand)]
+enum SimCommand {
+    /// Serve each pod's /metrics on its own port; print the URLs as JSON.
+    Serve {
+        /// Fleet config (YAML, as `source.simulated.fleet`).
+        #[arg(long)]
+        fleet: PathBuf,
+        #[arg(long, default_value = "127.0.0.1")]
+        ip: std::net::IpAddr,
+        /// Unix time demand starts from (default now); the same origin gives the same requests.
+        #[arg(long)]
+        origin: Option<f64>,
+    },
+    /// Write the fleet's metrics over a past time range as timestamped
+    /// OpenMetrics, for `promtool tsdb create-blocks-from openmetrics`.
+    Export {
+        #[arg(long)]
+        fleet: PathBuf,
+        #[arg(long)]
+        origin: f64,
+        #[arg(long)]
+        from: f64,
+        #[arg(long)]
+        to: f64,
+        #[arg(long, default_value_t = 15.0)]
+        step: f64,
+        /// Extra labels for each pod, e.g. `job="vllm",instance="127.0.0.1:9001"`; one per pod.
+        #[arg(long = "pod-labels")]
+        pod_labels: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { file } => check_config(&file),
+        Command::History { config, workload, signal, minutes } => {
+            report(history(&config, &workload, &signal, minutes, &mut std::io::stdout().lock()))
+        }
+        Command::VllmSim(SimCommand::Export { fleet, origin, from, to, step, pod_labels }) => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            report(sim_export(&fleet, origin, from, to, step, &pod_labels, &mut out))
+        }
+        Command::VllmSim(SimCommand::Serve { fleet, ip, origin }) => {
+            telemetry::init(cli.log_format);
+            match tokio::runtime::Runtime::new() {
+                Ok(rt) => report(rt.block_on(sim_serve(&fleet, ip, origin))),
+                Err(e) => report(Err(e.into())),
+            }
+        }
         Command::Serve { config, demo } => {
             telemetry::init(cli.log_format);
             let source = match (config, demo) {
@@ -63,6 +126,16 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+fn report(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -189,7 +189,7 @@ impl Scraper {
             match got {
                 Ok(r) => readings.push((target, r)),
                 Err((kind, detail)) => {
-                    warn!(%target, error = kind.as_str(), %detail, "scrape failed");
+                    warn!(url = %target, error = kind.as_str(), %detail, "scrape failed");
                     *self.errors.entry((target, kind)).or_default() += 1;
                 }
             }

@@ -205,3 +205,67 @@ pub fn store_with_known_readings() -> std::sync::Arc<foresight::store::Store> {
     }
     std::sync::Arc::new(store)
 }
+
+impl Server {
+    /// [`Server::start`] with extra environment for the child (set after
+    /// `RUST_LOG`, so `("RUST_LOG", "...")` overrides the default filter).
+    pub fn start_with_env(dir: &Path, yaml: &str, env: &[(&str, &str)]) -> Server {
+        let config = dir.join("foresight.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        let mut cmd = Command::new(bin());
+        cmd.args(["--log-format", "json", "serve", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", std::env::var("FORESIGHT_TEST_RUST_LOG").unwrap_or_else(|_| "info".into()));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn foresight");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                    if v["message"] == "listening" {
+                        let addr = |k: &str| v[k].as_str().unwrap().parse::<SocketAddr>().unwrap();
+                        let _ = tx.send((addr("grpc"), addr("http")));
+                    }
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let (grpc, http) = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("foresight did not start listening; log:\n{}", log.lock().unwrap().join("\n"));
+            }
+        };
+        let server = Server { child, grpc, http, config, log };
+        server.wait_ready(Duration::from_secs(30));
+        server
+    }
+
+    /// Log lines so far that contain every one of `needles`.
+    pub fn log_lines_with(&self, needles: &[&str]) -> Vec<String> {
+        self.log.lock().unwrap().iter().filter(|l| needles.iter().all(|n| l.contains(n))).cloned().collect()
+    }
+}
+
+/// A loopback URL on which nothing listens, for as long as the value lives:
+/// the port is bound (so no other test can take it) but never listened on,
+/// so connections are refused at once.
+pub struct ClosedPort {
+    _socket: tokio::net::TcpSocket,
+    pub url: String,
+}
+
+impl ClosedPort {
+    pub fn new(path: &str) -> ClosedPort {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let url = format!("http://{}{path}", socket.local_addr().unwrap());
+        ClosedPort { _socket: socket, url }
+    }
+}
