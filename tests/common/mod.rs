@@ -39,41 +39,7 @@ pub struct Server {
 impl Server {
     /// Start `foresight serve --config <dir>/foresight.yaml` with `yaml`.
     pub fn start(dir: &Path, yaml: &str) -> Server {
-        let config = dir.join("foresight.yaml");
-        std::fs::write(&config, yaml).unwrap();
-        let mut child = Command::new(bin())
-            .args(["--log-format", "json", "serve", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", std::env::var("FORESIGHT_TEST_RUST_LOG").unwrap_or_else(|_| "info".into()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn foresight");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
-                    if v["message"] == "listening" {
-                        let addr = |k: &str| v[k].as_str().unwrap().parse::<SocketAddr>().unwrap();
-                        let _ = tx.send((addr("grpc"), addr("http")));
-                    }
-                }
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let (grpc, http) = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(a) => a,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("foresight did not start listening; log:\n{}", log.lock().unwrap().join("\n"));
-            }
-        };
-        let server = Server { child, grpc, http, config, log };
-        server.wait_ready(Duration::from_secs(30));
-        server
+        Server::start_with_env(dir, yaml, &[])
     }
 
     /// Wait until `/readyz` answers 200: every workload has a decision.
