@@ -6,7 +6,7 @@
 //! (`TIMESTAMP,ContextTokens,GeneratedTokens`, looped), or a synthetic Poisson
 //! process whose token counts are lognormal with parameters fitted to the
 //! Azure LLM 2023 conversation trace (log-mean/log-sd 6.63/0.99 for prompt
-//! tokens, 5.02/0.86 for output tokens; 19,365 requests). Wall time t drives τ
+//! tokens, 5.02/0.86 for output tokens; 19,366 requests). Wall time t drives τ
 //! at dτ/dt = m(t) / r0, where m(t) is the target request rate: the trace's
 //! burstiness and token mix survive, and its rate follows the envelope.
 
