@@ -136,9 +136,18 @@ async fn prometheus_loop(
                     Ok(values) => {
                         written += values.iter().filter(|v| v.is_finite()).count();
                         let start = UNIX_EPOCH + Duration::from_secs_f64(a as f64 * res);
-                        if let Err(e) = store.backfill(&name, start, &values) {
-                            warn!(workload = %key, signal = %s, error = %e, "writing history failed");
-                            break;
+                        if first {
+                            // Bulk history: one durable transaction per chunk.
+                            if let Err(e) = store.backfill(&name, start, &values) {
+                                warn!(workload = %key, signal = %s, error = %e, "writing history failed");
+                                break;
+                            }
+                        } else {
+                            // A few new buckets each poll: made durable by the periodic flush,
+                            // not an fsync per workload and signal.
+                            for (i, v) in values.iter().enumerate().filter(|(_, v)| v.is_finite()) {
+                                store.record(&name, start + Duration::from_secs_f64(i as f64 * res), *v);
+                            }
                         }
                         next.insert(*s, b + 1);
                     }
