@@ -1109,20 +1109,6 @@ fn render_labels(out: &mut String, labels: &[(String, String)], trailing_comma: 
     out.push('}');
 }
 
-fn type_name(kind: MetricType) -> &'static str {
-    match kind {
-        MetricType::Counter => "counter",
-        MetricType::Gauge => "gauge",
-        MetricType::Histogram => "histogram",
-        MetricType::Summary => "summary",
-        MetricType::Untyped => "untyped",
-        MetricType::GaugeHistogram => "gaugehistogram",
-        MetricType::Info => "info",
-        MetricType::StateSet => "stateset",
-        MetricType::Unknown => "unknown",
-    }
-}
-
 fn render(families: &[GenFamily], om: bool, style: &Style) -> String {
     let sep = if om { " " } else { style.sep };
     let mut out = String::new();
@@ -1131,7 +1117,7 @@ fn render(families: &[GenFamily], om: bool, style: &Style) -> String {
             out.push_str("\n# a comment\n");
         }
         if let Some(kind) = f.kind {
-            let type_line = format!("# TYPE {} {}\n", f.name, type_name(kind));
+            let type_line = format!("# TYPE {} {}\n", f.name, kind.as_str());
             if f.type_first {
                 out.push_str(&type_line);
             }

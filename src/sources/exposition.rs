@@ -84,7 +84,8 @@ pub enum MetricType {
 }
 
 impl MetricType {
-    fn as_str(self) -> &'static str {
+    /// The name as written on a `# TYPE` line.
+    pub fn as_str(self) -> &'static str {
         match self {
             MetricType::Counter => "counter",
             MetricType::Gauge => "gauge",

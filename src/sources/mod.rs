@@ -122,10 +122,6 @@ pub enum SourceError {
     /// Every scrape target failed this round.
     #[error("none of {0} scrape targets answered")]
     NoTargetAnswered(usize),
-    #[error(transparent)]
-    Prometheus(#[from] prometheus::PromError),
-    #[error("simulated fleet: {0}")]
-    Simulated(String),
 }
 
 /// Which source a workload reads, as written in config (`source: {scrape: {...}}`).

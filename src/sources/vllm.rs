@@ -173,37 +173,37 @@ impl Deriver {
                 continue;
             }
             have_rates = true;
+            // vLLM's own request counter and e2e histogram win over KServe's when a pod has both.
+            let has_vllm_success = r.counters.keys().any(|(n, _)| n == "vllm:request_success_total");
+            let has_vllm_e2e = r.hists.keys().any(|(f, _)| *f == E2E[0]);
             for ((name, labels), (v, created)) in &r.counters {
+                let kserve = name.starts_with(KSERVE_PREDICT);
+                if kserve && has_vllm_success {
+                    continue;
+                }
                 let increase = match prev.counters.get(&(name.clone(), labels.clone())) {
                     Some((pv, pc)) if v >= pv && (created.is_none() || pc.is_none() || created == pc) => v - pv,
-                    // Fell, or restarted (new _created): a new counter that started from 0.
-                    Some(_) => *v,
-                    // A series new since the last scrape: it started inside this interval.
-                    None => *v,
+                    // Fell or restarted (new _created), or new since the last scrape:
+                    // a counter that started from 0 inside this interval.
+                    _ => *v,
                 };
-                let signal = if name.starts_with(KSERVE_PREDICT) {
+                let signal = if kserve {
                     Signal::RequestRate
                 } else {
                     COUNTERS.iter().find(|(c, _)| c == name).map(|(_, s)| *s).unwrap_or(Signal::RequestRate)
                 };
-                // vLLM's own counter wins over KServe's when a pod exposes both.
-                if name.starts_with(KSERVE_PREDICT) && r.counters.keys().any(|(n, _)| n == "vllm:request_success_total")
-                {
-                    continue;
-                }
                 *rates.entry(signal).or_default() += increase / dt;
             }
             for ((family, labels), b) in &r.hists {
-                let acc = if TTFT.contains(family) { &mut ttft } else { &mut e2e };
-                // vLLM's e2e wins over KServe's predict latency when both exist.
-                if *family == KSERVE_PREDICT && r.hists.keys().any(|(f, _)| *f == E2E[0]) {
+                if *family == KSERVE_PREDICT && has_vllm_e2e {
                     continue;
                 }
+                let acc = if TTFT.contains(family) { &mut ttft } else { &mut e2e };
                 let before = prev.hists.get(&(*family, labels.clone()));
+                // A histogram whose total fell was reset: count it from zero.
+                let reset = before.is_some_and(|pb| pb.le.last().map(|x| x.1) > b.le.last().map(|x| x.1));
                 for (le, c) in &b.le {
                     let pc = before.and_then(|pb| pb.le.iter().find(|(l, _)| l == le)).map(|x| x.1).unwrap_or(0.0);
-                    // A histogram that fell was reset: count it from zero.
-                    let reset = before.is_some_and(|pb| pb.le.last().map(|x| x.1) > b.le.last().map(|x| x.1));
                     let d = if reset { *c } else { (c - pc).max(0.0) };
                     *acc.entry(le.to_bits()).or_default() += d;
                 }
