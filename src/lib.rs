@@ -6,9 +6,11 @@
 
 pub mod api;
 pub mod app;
+pub mod cli_forecast;
 pub mod cli_tools;
 pub mod config;
 pub mod engine;
+pub mod forecast;
 pub mod scaler;
 pub mod sizing;
 pub mod sources;

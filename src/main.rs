@@ -5,6 +5,7 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::{Parser, Subcommand};
 use foresight::{
     app::{self, ConfigSource},
+    cli_forecast::{run_backtest, run_forecast, BacktestArgs, CsvInput, ForecastArgs},
     cli_tools::{history, sim_export, sim_serve},
     config::Settings,
     telemetry::{self, LogFormat},
@@ -51,9 +52,78 @@ enum Command {
         #[arg(long, default_value_t = 60.0)]
         minutes: f64,
     },
+    /// Rolling-origin backtest of every forecasting model, and of the automatic choice, on a CSV.
+    Backtest {
+        #[command(flatten)]
+        csv: CsvArgs,
+        #[command(flatten)]
+        shape: ShapeArgs,
+        /// Number of rolling origins (the last leaves one horizon to score).
+        #[arg(long, default_value_t = 24)]
+        origins: usize,
+        /// Distance between origins, steps or a duration; default one horizon.
+        #[arg(long)]
+        step: Option<String>,
+        /// Train on at most this much history before each origin; default all of it.
+        #[arg(long)]
+        train_window: Option<String>,
+        /// Only these models (comma separated); `auto` is always included.
+        #[arg(long = "model", value_delimiter = ',')]
+        models: Vec<String>,
+        /// Write summary.json, series.csv, splits.csv and forecasts.csv here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Forecast past the end of a CSV (e.g. `foresight history` output).
+    Forecast {
+        #[command(flatten)]
+        csv: CsvArgs,
+        #[command(flatten)]
+        shape: ShapeArgs,
+        /// `auto`, or a model name (see `foresight backtest`).
+        #[arg(long, default_value = "auto")]
+        model: String,
+        #[arg(long, value_delimiter = ',', default_value = "0.5,0.9")]
+        quantiles: Vec<f64>,
+        /// Print the forecast as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Simulated vLLM pods, for trying Foresight or feeding a Prometheus.
     #[command(subcommand)]
     VllmSim(SimCommand),
+}
+
+/// A time series in a CSV file with a header row.
+#[derive(clap::Args)]
+struct CsvArgs {
+    /// The CSV file.
+    #[arg(long)]
+    csv: PathBuf,
+    #[arg(long, default_value = "timestamp")]
+    time_col: String,
+    #[arg(long, default_value = "value")]
+    value_col: String,
+    /// Grid step (`5m`, `30m`); default the median spacing of the timestamps.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    freq: Option<std::time::Duration>,
+}
+
+/// How far ahead to forecast, and which seasons to model.
+#[derive(clap::Args)]
+struct ShapeArgs {
+    /// How far ahead each forecast reaches: steps, or a duration (`1h`, `4h`).
+    #[arg(long)]
+    horizon: String,
+    /// Seasonal periods, steps or durations (`--season 1d,7d`); default a day and a week.
+    #[arg(long = "season", value_delimiter = ',')]
+    seasons: Vec<String>,
+}
+
+impl From<CsvArgs> for CsvInput {
+    fn from(a: CsvArgs) -> CsvInput {
+        CsvInput { path: a.csv, time_col: a.time_col, value_col: a.value_col, freq: a.freq }
+    }
 }
 
 #[derive(Subcommand)]
@@ -94,6 +164,24 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => check_config(&file),
         Command::History { config, workload, signal, minutes } => {
             report(history(&config, &workload, &signal, minutes, &mut std::io::stdout().lock()))
+        }
+        Command::Backtest { csv, shape: ShapeArgs { horizon, seasons }, origins, step, train_window, models, out } => {
+            let models = models.into_iter().filter(|m| m != "auto").collect();
+            let args = BacktestArgs {
+                input: csv.into(),
+                horizon,
+                seasons,
+                origins,
+                origin_step: step,
+                train_window,
+                models,
+                out,
+            };
+            report(run_backtest(&args, &mut std::io::stdout().lock()))
+        }
+        Command::Forecast { csv, shape: ShapeArgs { horizon, seasons }, model, quantiles, json } => {
+            let args = ForecastArgs { input: csv.into(), horizon, seasons, model, quantiles, json };
+            report(run_forecast(&args, &mut std::io::stdout().lock()))
         }
         Command::VllmSim(SimCommand::Export { fleet, origin, from, to, step, pod_labels }) => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());

@@ -1,0 +1,136 @@
+//! Cleaning a series for fitting: gaps filled, one-off spikes clipped.
+//!
+//! Only models see the cleaned values; backtest scores use the raw series,
+//! so cleaning can never flatter a score.
+
+use super::ForecastError;
+
+/// Linear interpolation across gaps (`NaN`); a leading gap takes the first
+/// observed value and a trailing gap the last.
+pub fn fill_gaps(values: &[f64]) -> Result<Vec<f64>, ForecastError> {
+    let first = values.iter().position(|v| v.is_finite()).ok_or(ForecastError::NoData)?;
+    let mut out = values.to_vec();
+    let mut prev = first;
+    for v in &mut out[..first] {
+        *v = values[first];
+    }
+    for i in first + 1..values.len() {
+        if !values[i].is_finite() {
+            continue;
+        }
+        if i > prev + 1 {
+            let (a, b) = (values[prev], values[i]);
+            let span = (i - prev) as f64;
+            for (k, v) in out[prev + 1..i].iter_mut().enumerate() {
+                *v = a + (b - a) * (k + 1) as f64 / span;
+            }
+        }
+        prev = i;
+    }
+    let last = values[prev];
+    for v in &mut out[prev + 1..] {
+        *v = last;
+    }
+    Ok(out)
+}
+
+/// Spikes are points further than this many robust standard deviations from
+/// the median of their neighbourhood.
+const SPIKE_SIGMAS: f64 = 6.0;
+
+/// Hampel filter: a point far from the median of the `half` points either
+/// side is replaced by that median. A one-off spike is narrower than the
+/// window and goes; a level shift fills the window and stays (at the end of
+/// the series, after `half` points), so a new level is picked up.
+///
+/// The scale is the larger of the window's MAD and the series' typical
+/// step-to-step change, so a smooth curve's peaks are never taken for spikes.
+/// Returns how many points were replaced.
+pub fn clip_spikes(values: &mut [f64], half: usize) -> usize {
+    let n = values.len();
+    if n < 3 || half == 0 {
+        return 0;
+    }
+    let mut diffs: Vec<f64> = values.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
+    let typical_step = median(&mut diffs);
+    let original = values.to_vec();
+    let mut window = Vec::with_capacity(2 * half + 1);
+    let mut replaced = 0;
+    for i in 0..n {
+        window.clear();
+        window.extend_from_slice(&original[i.saturating_sub(half)..(i + half + 1).min(n)]);
+        let med = median(&mut window);
+        for v in window.iter_mut() {
+            *v = (*v - med).abs();
+        }
+        let mad = median(&mut window);
+        let scale = 1.4826 * mad.max(typical_step);
+        if scale > 0.0 && (original[i] - med).abs() > SPIKE_SIGMAS * scale {
+            values[i] = med;
+            replaced += 1;
+        }
+    }
+    replaced
+}
+
+/// Half-width of the spike window: half an hour, and at least 3 points.
+pub fn spike_half_window(step_secs: i64) -> usize {
+    ((1800 + step_secs - 1) / step_secs.max(1)).max(3) as usize
+}
+
+/// Gaps filled and spikes clipped: what every model is fitted on.
+pub fn clean(values: &[f64], step_secs: i64) -> Result<Vec<f64>, ForecastError> {
+    let mut v = fill_gaps(values)?;
+    clip_spikes(&mut v, spike_half_window(step_secs));
+    Ok(v)
+}
+
+/// Median of a scratch buffer (reordered). 0 for an empty one.
+pub(crate) fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mid = v.len() / 2;
+    let (_, m, _) = v.select_nth_unstable_by(mid, f64::total_cmp);
+    let m = *m;
+    if v.len() % 2 == 1 {
+        m
+    } else {
+        let lower = v[..mid].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (lower + m) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_are_interpolated_and_edges_held() {
+        let v = fill_gaps(&[f64::NAN, 1.0, f64::NAN, f64::NAN, 4.0, f64::NAN]).unwrap();
+        assert_eq!(v, vec![1.0, 1.0, 2.0, 3.0, 4.0, 4.0]);
+        assert_eq!(fill_gaps(&[f64::NAN, f64::NAN]), Err(ForecastError::NoData));
+    }
+
+    #[test]
+    fn a_spike_is_clipped_but_a_level_shift_and_a_smooth_peak_are_not() {
+        let mut v: Vec<f64> = (0..200).map(|i| 100.0 + 20.0 * (i as f64 / 10.0).sin() + (i % 3) as f64).collect();
+        let smooth = v.clone();
+        assert_eq!(clip_spikes(&mut v, 6), 0, "a smooth curve is left alone");
+        assert_eq!(v, smooth);
+        v[50] = 1000.0;
+        assert_eq!(clip_spikes(&mut v, 6), 1);
+        assert!((v[50] - smooth[50]).abs() < 25.0);
+        let mut shifted: Vec<f64> =
+            (0..100).map(|i| if i < 80 { 10.0 + (i % 2) as f64 } else { 60.0 + (i % 2) as f64 }).collect();
+        let before = shifted.clone();
+        clip_spikes(&mut shifted, 6);
+        assert_eq!(&shifted[90..], &before[90..], "the new level survives once it fills the window");
+    }
+
+    #[test]
+    fn median_of_even_and_odd() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+}
