@@ -6,6 +6,9 @@
 //! signal older than the workload's `stale_after` is not used: the workload
 //! then has no decision, the scaler answers UNAVAILABLE, and KEDA's
 //! `fallback` applies, rather than fresh-looking numbers built on old data.
+//!
+//! Forecasts are refitted off the tick by a [`Refitter`]: each tick hands it
+//! the workloads whose forecast is due and takes in what it has finished.
 
 use std::{collections::HashMap, sync::Arc, time::SystemTime};
 
@@ -14,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::{
-    config::{Settings, Workload},
+    config::{ForecastSettings, Settings, Workload},
+    refit::Refitter,
     sizing::reactive,
     sources::collector::series,
     state::{Registry, SignalReading, WorkloadState},
@@ -24,6 +28,10 @@ use crate::{
 struct Slot {
     workload: Arc<Workload>,
     state: WorkloadState,
+    /// A refit of this workload is queued or running.
+    refit_pending: bool,
+    /// When the next refit is due.
+    refit_due: Option<SystemTime>,
 }
 
 /// The control loop's state.
@@ -32,11 +40,19 @@ pub struct Engine {
     registry: Arc<Registry>,
     store: Arc<Store>,
     log_every_decision: bool,
+    forecast: Arc<ForecastSettings>,
+    refitter: Refitter,
 }
+
+/// A refit that gave no forecast (no history yet, say) is tried again this soon,
+/// or at the refit interval if that is shorter.
+const RETRY_SECS: u64 = 60;
 
 impl Engine {
     pub fn new(settings: &Settings, registry: Arc<Registry>, store: Arc<Store>) -> Self {
-        let mut engine = Engine { slots: Vec::new(), registry, store, log_every_decision: false };
+        let refitter = Refitter::start(store.clone());
+        let forecast = Arc::new(settings.forecast.clone());
+        let mut engine = Engine { slots: Vec::new(), registry, store, log_every_decision: false, forecast, refitter };
         engine.reconfigure(settings);
         engine
     }
@@ -45,21 +61,29 @@ impl Engine {
     /// unchanged, start the rest afresh, drop removed workloads.
     pub fn reconfigure(&mut self, settings: &Settings) {
         self.log_every_decision = settings.log_every_decision;
+        let forecast_changed = *self.forecast != settings.forecast;
+        self.forecast = Arc::new(settings.forecast.clone());
         let mut old: HashMap<String, Slot> = self.slots.drain(..).map(|s| (s.workload.key(), s)).collect();
         for w in &settings.workloads {
-            let state = match old.remove(&w.key()) {
-                Some(s) if s.workload.as_ref() == w.as_ref() => s.state,
-                _ => WorkloadState::new(w),
+            let slot = match old.remove(&w.key()) {
+                Some(mut s) if s.workload.as_ref() == w.as_ref() => {
+                    if forecast_changed {
+                        s.refit_due = None;
+                    }
+                    s
+                }
+                _ => Slot { workload: w.clone(), state: WorkloadState::new(w), refit_pending: false, refit_due: None },
             };
-            self.slots.push(Slot { workload: w.clone(), state });
+            self.slots.push(slot);
         }
         for key in old.keys() {
             info!(workload = %key, "workload removed from config");
         }
     }
 
-    /// One tick: read, decide, publish.
+    /// One tick: take in finished forecasts, queue due refits, read, decide, publish.
     pub fn tick(&mut self, now: SystemTime) {
+        self.refits(now);
         for slot in &mut self.slots {
             let w = &slot.workload;
             let key = w.key();
@@ -116,6 +140,46 @@ impl Engine {
             }
         }
         self.publish();
+    }
+
+    fn refits(&mut self, now: SystemTime) {
+        let finished = self.refitter.finished();
+        for done in finished {
+            // A workload removed or changed since the job was queued has a new slot: drop the result.
+            let Some(slot) = self.slots.iter_mut().find(|s| s.refit_pending && s.workload.key() == done.key) else {
+                continue;
+            };
+            slot.refit_pending = false;
+            let interval = self.forecast.refit_interval;
+            match done.outcome {
+                Ok(f) => {
+                    if slot.state.forecast.as_ref().map(|p| (&p.model, p.regime)) != Some((&f.model, f.regime)) {
+                        info!(workload = %done.key, model = %f.model, regime = f.regime.as_str(), mase = ?f.backtest_mase, fit_ms = format_args!("{:.1}", f.fit_ms), "forecast model");
+                    }
+                    slot.state.forecast = Some(f);
+                    slot.state.forecast_error = None;
+                    slot.refit_due = Some(now + interval);
+                }
+                Err(why) => {
+                    if slot.state.forecast_error.as_deref() != Some(why.as_str()) {
+                        warn!(workload = %done.key, reason = %why, "no forecast; decisions stay reactive");
+                    }
+                    slot.state.forecast_error = Some(why);
+                    slot.refit_due = Some(now + interval.min(std::time::Duration::from_secs(RETRY_SECS)));
+                }
+            }
+        }
+        if !self.forecast.enabled {
+            for slot in &mut self.slots {
+                slot.state.forecast = None;
+                slot.state.forecast_error = None;
+            }
+            return;
+        }
+        for slot in self.slots.iter_mut().filter(|s| !s.refit_pending && s.refit_due.is_none_or(|due| now >= due)) {
+            self.refitter.submit(&slot.workload, now, &self.forecast);
+            slot.refit_pending = true;
+        }
     }
 
     fn publish(&self) {

@@ -1,8 +1,9 @@
 //! Foresight: a predictive autoscaler for LLM inference on Kubernetes.
 //!
-//! Data flows `sources` (pull signals) -> `engine` (decide each tick, using
-//! `sizing`) -> `state` (precomputed answers) -> `scaler` (KEDA gRPC) and
-//! `api` (HTTP). `config` is the one typed, validated input.
+//! Data flows `sources` (pull signals) -> `store` (history) -> `forecast`
+//! (refitted in the background by `refit`) -> `engine` (decide each tick,
+//! using `sizing`) -> `state` (precomputed answers) -> `scaler` (KEDA gRPC)
+//! and `api` (HTTP). `config` is the one typed, validated input.
 
 pub mod api;
 pub mod app;
@@ -11,6 +12,7 @@ pub mod cli_tools;
 pub mod config;
 pub mod engine;
 pub mod forecast;
+pub mod refit;
 pub mod scaler;
 pub mod sizing;
 pub mod sources;

@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::{config::Workload, sizing::reactive::Decision, sources::Signal};
+use crate::{config::Workload, refit::ForecastView, sizing::reactive::Decision, sources::Signal};
 
 /// What Foresight currently says about one workload.
 #[derive(Debug, Clone, Serialize)]
@@ -38,6 +38,11 @@ pub struct WorkloadState {
     pub decided_at: Option<SystemTime>,
     /// Why the latest poll gave no decision, if it did not.
     pub error: Option<String>,
+    /// The latest forecast of the target signal over the cold-start look-ahead
+    /// (refitted in the background, see [`crate::refit`]).
+    pub forecast: Option<Arc<ForecastView>>,
+    /// Why the latest refit gave no forecast (e.g. no history yet); the previous forecast, if any, is kept.
+    pub forecast_error: Option<String>,
 }
 
 /// A signal's latest value and how old it was when the tick read it.
@@ -73,6 +78,8 @@ impl WorkloadState {
             decision: None,
             decided_at: None,
             error: None,
+            forecast: None,
+            forecast_error: None,
         }
     }
 }

@@ -82,7 +82,22 @@ pub struct Settings {
     pub tick_interval: Duration,
     pub log_every_decision: bool,
     pub store: StoreSettings,
+    pub forecast: ForecastSettings,
     pub workloads: Vec<Arc<Workload>>,
+}
+
+/// How forecasts are refitted in the background (see [`crate::refit`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForecastSettings {
+    pub enabled: bool,
+    pub refit_interval: Duration,
+    /// History each fit reads.
+    pub history: Duration,
+    pub origins: usize,
+    /// Sorted, in (0, 1).
+    pub quantiles: Vec<f64>,
+    /// Seasonal periods in store buckets, shortest first.
+    pub seasons: Vec<usize>,
 }
 
 /// Where and how history is kept.
@@ -259,6 +274,58 @@ fn validate(
         flush_interval: Duration::from_secs_f64(st.flush_interval_secs.clamp(0.1, 3600.0)),
         cache_bytes: (st.cache_mib.clamp(1, 65_536) as usize) << 20,
     };
+    let fc = &raw.forecast;
+    if !(10.0..=86_400.0).contains(&fc.refit_interval_secs) {
+        bad(
+            "forecast.refit_interval_secs".into(),
+            format!("must be within 10..=86400, got {}", fc.refit_interval_secs),
+        );
+    }
+    if !(1.0 / 24.0..=3650.0).contains(&fc.history_days) {
+        bad("forecast.history_days".into(), format!("must be within 1/24..=3650, got {}", fc.history_days));
+    } else if fc.history_days > st.retention_days {
+        bad(
+            "forecast.history_days".into(),
+            format!(
+                "{} exceeds store.retention_days {}: that history is never kept",
+                fc.history_days, st.retention_days
+            ),
+        );
+    }
+    if !(1..=100).contains(&fc.origins) {
+        bad("forecast.origins".into(), format!("must be within 1..=100, got {}", fc.origins));
+    }
+    if fc.quantiles.is_empty() {
+        bad("forecast.quantiles".into(), "must list at least one quantile, e.g. [0.5, 0.9]".into());
+    }
+    if let Some(q) = fc.quantiles.iter().find(|q| !(**q > 0.0 && **q < 1.0)) {
+        bad("forecast.quantiles".into(), format!("each must be strictly between 0 and 1, got {q}"));
+    }
+    let resolution = st.resolution_secs.max(1);
+    let mut seasons = Vec::new();
+    for &p in &fc.seasons_secs {
+        if p % resolution != 0 || p / resolution < 2 {
+            bad(
+                "forecast.seasons_secs".into(),
+                format!("{p} is not a whole number (of at least 2) of store.resolution_secs {resolution}"),
+            );
+        } else {
+            seasons.push((p / resolution) as usize);
+        }
+    }
+    seasons.sort_unstable();
+    seasons.dedup();
+    let mut quantiles = fc.quantiles.clone();
+    quantiles.sort_by(f64::total_cmp);
+    quantiles.dedup();
+    let forecast = ForecastSettings {
+        enabled: fc.enabled,
+        refit_interval: Duration::from_secs_f64(fc.refit_interval_secs.clamp(10.0, 86_400.0)),
+        history: Duration::from_secs_f64(fc.history_days.clamp(1.0 / 24.0, 3650.0) * 86_400.0),
+        origins: fc.origins.clamp(1, 100),
+        quantiles,
+        seasons,
+    };
     let d = &raw.defaults;
     if d.min_replicas > d.max_replicas {
         bad(
@@ -364,6 +431,7 @@ fn validate(
         tick_interval: Duration::from_secs_f64(raw.tick_interval_secs),
         log_every_decision: raw.log_every_decision,
         store,
+        forecast,
         workloads,
     })
 }

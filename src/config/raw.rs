@@ -32,8 +32,67 @@ pub struct RawConfig {
     /// Where signal history is kept.
     #[serde(default)]
     pub store: RawStore,
+    /// How forecasts are refitted in the background.
+    #[serde(default)]
+    pub forecast: RawForecast,
     /// The workloads Foresight sizes.
     pub workloads: Vec<RawWorkload>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawForecast {
+    /// Off: decisions stay reactive and no forecast is computed.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// How often each workload's forecast is refitted (model chosen again by backtest).
+    #[serde(default = "default_refit_interval_secs")]
+    pub refit_interval_secs: f64,
+    /// History each fit reads from the store.
+    #[serde(default = "default_history_days")]
+    pub history_days: f64,
+    /// Rolling origins for model selection and intervals.
+    #[serde(default = "default_origins")]
+    pub origins: usize,
+    /// Quantiles reported beside the point forecast.
+    #[serde(default = "default_quantiles")]
+    pub quantiles: Vec<f64>,
+    /// Seasonal periods, shortest first ("daily", then "weekly"); each a
+    /// whole number of store buckets.
+    #[serde(default = "default_seasons_secs")]
+    pub seasons_secs: Vec<u64>,
+}
+
+impl Default for RawForecast {
+    fn default() -> Self {
+        RawForecast {
+            enabled: true,
+            refit_interval_secs: default_refit_interval_secs(),
+            history_days: default_history_days(),
+            origins: default_origins(),
+            quantiles: default_quantiles(),
+            seasons_secs: default_seasons_secs(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_refit_interval_secs() -> f64 {
+    600.0
+}
+fn default_history_days() -> f64 {
+    28.0
+}
+fn default_origins() -> usize {
+    12
+}
+fn default_quantiles() -> Vec<f64> {
+    vec![0.5, 0.9]
+}
+fn default_seasons_secs() -> Vec<u64> {
+    vec![86_400, 7 * 86_400]
 }
 
 fn default_tick_interval_secs() -> f64 {

@@ -1,0 +1,156 @@
+//! Keeps each workload's forecast fresh, off the control loop's tick.
+//!
+//! One worker thread does all the fitting. The engine hands it workloads
+//! whose forecast is due (at most one job per workload in flight); the worker
+//! reads their history from the store, runs the [`Forecaster`] and sends the
+//! result back; the engine picks results up on its next tick. A slow fit
+//! delays other forecasts, never a KEDA answer: the scaler only reads what
+//! the engine has published.
+
+use std::{
+    sync::{mpsc, Arc},
+    thread,
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
+
+use serde::Serialize;
+use tracing::{debug, warn};
+
+use crate::{
+    config::{ForecastSettings, Workload},
+    forecast::{auto::Choice, Forecaster, ForecasterConfig, QuantileForecast, Regime, Seasons, Series},
+    sources::{collector::series, Signal},
+    store::Store,
+    time::rfc3339,
+};
+
+/// A forecast as the API and logs show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ForecastView {
+    pub signal: Signal,
+    /// Model name, or `ensemble(a+b)`.
+    pub model: String,
+    pub regime: Regime,
+    /// Backtest MASE of the chosen model; `None` when the history was too short to backtest.
+    pub backtest_mase: Option<f64>,
+    pub level_shift: Option<f64>,
+    /// When the fit ran.
+    pub fitted_at: String,
+    /// Time of the first forecast point (one step after the last complete bucket).
+    pub start: String,
+    pub step_secs: i64,
+    /// The look-ahead: the profile's cold start, in steps.
+    pub horizon_steps: usize,
+    /// Observed points in the history the fit read (gaps not counted).
+    pub history_points: usize,
+    pub fit_ms: f64,
+    pub point: Vec<f64>,
+    pub quantiles: Vec<QuantileForecast>,
+}
+
+/// What a workload's latest refit gave.
+pub type Outcome = Result<Arc<ForecastView>, String>;
+
+struct Job {
+    key: String,
+    signal: Signal,
+    /// How far ahead to forecast: the profile's cold start.
+    lead_secs: f64,
+    now: SystemTime,
+    settings: Arc<ForecastSettings>,
+}
+
+/// A finished refit, for the workload `key`.
+pub struct Done {
+    pub key: String,
+    pub outcome: Outcome,
+}
+
+/// The worker thread and its two channels.
+pub struct Refitter {
+    jobs: mpsc::Sender<Job>,
+    done: mpsc::Receiver<Done>,
+}
+
+impl Refitter {
+    /// Starts the worker. It stops once the `Refitter` is dropped and its current job ends.
+    pub fn start(store: Arc<Store>) -> Refitter {
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let (done_tx, done) = mpsc::channel();
+        let spawned = thread::Builder::new().name("foresight-refit".into()).spawn(move || {
+            for job in job_rx {
+                let key = job.key.clone();
+                let outcome = refit(&store, &job);
+                match &outcome {
+                    Ok(f) => debug!(workload = %key, model = %f.model, regime = f.regime.as_str(), fit_ms = f.fit_ms, "forecast refitted"),
+                    Err(e) => debug!(workload = %key, error = %e, "no forecast"),
+                }
+                if done_tx.send(Done { key, outcome }).is_err() {
+                    return;
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            // Without the thread, submitted jobs just never finish: forecasts stay absent, decisions stay reactive.
+            warn!(error = %e, "could not start the forecast worker; forecasts are off");
+        }
+        Refitter { jobs, done }
+    }
+
+    /// Queue a refit of `w` as of `now`.
+    pub fn submit(&self, w: &Workload, now: SystemTime, settings: &Arc<ForecastSettings>) {
+        let job = Job {
+            key: w.key(),
+            signal: w.target.signal,
+            lead_secs: w.profile.cold_start_secs.total_secs(),
+            now,
+            settings: settings.clone(),
+        };
+        // A closed channel means the worker is gone; the workload just keeps its last forecast.
+        let _ = self.jobs.send(job);
+    }
+
+    /// Refits finished since the last call.
+    pub fn finished(&self) -> Vec<Done> {
+        self.done.try_iter().collect()
+    }
+}
+
+/// Reads the history and fits. Pure apart from the store read and the timer.
+fn refit(store: &Store, job: &Job) -> Outcome {
+    let t0 = Instant::now();
+    let step = store.resolution();
+    let from = job.now.checked_sub(job.settings.history).unwrap_or(UNIX_EPOCH);
+    let history =
+        store.range(&series(&job.key, job.signal), from, job.now).map_err(|e| format!("reading history: {e}"))?;
+    let step_secs = step.as_secs().max(1) as i64;
+    let start =
+        history.start.duration_since(UNIX_EPOCH).map_err(|_| "history starts before 1970".to_string())?.as_secs();
+    let horizon = ((job.lead_secs / step_secs as f64).ceil() as usize).max(1);
+    let s = Series { start: start as i64, step: step_secs, values: history.values };
+    let seasons = Seasons::new(job.settings.seasons.clone()).map_err(|e| e.to_string())?;
+    let forecaster = Forecaster::new(ForecasterConfig {
+        seasons: Some(seasons),
+        origins: job.settings.origins,
+        quantiles: job.settings.quantiles.clone(),
+        ..ForecasterConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let f = forecaster.forecast(&s, horizon, &Choice::Auto).map_err(|e| e.to_string())?;
+    let time = |t: i64| rfc3339(UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64));
+    Ok(Arc::new(ForecastView {
+        signal: job.signal,
+        model: f.model,
+        regime: f.regime,
+        backtest_mase: f.backtest_mase,
+        level_shift: f.level_shift,
+        fitted_at: rfc3339(job.now),
+        start: time(f.start),
+        step_secs: f.step,
+        horizon_steps: horizon,
+        history_points: s.values.iter().filter(|v| v.is_finite()).count(),
+        fit_ms: t0.elapsed().as_secs_f64() * 1e3,
+        point: f.point,
+        quantiles: f.quantiles,
+    }))
+}

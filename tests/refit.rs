@@ -1,0 +1,136 @@
+//! Forecasts in the running engine: history in the store is refitted in the
+//! background and published with the workload's state, without holding up
+//! the tick or the reactive decision.
+
+mod common;
+
+use std::{
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use foresight::{
+    config::Settings,
+    engine::Engine,
+    forecast::Regime,
+    state::{Registry, WorkloadState},
+    store::Store,
+};
+
+const KEY: &str = "inference/llama-8b";
+const DAY: f64 = 86_400.0;
+
+/// A daily cycle of in-flight requests, 40 +- 20.
+fn demand(t: f64) -> f64 {
+    40.0 + 20.0 * (2.0 * std::f64::consts::PI * t / DAY).sin()
+}
+
+fn engine_with(yaml_extra: &str) -> (Engine, Arc<Registry>, Arc<Store>) {
+    let yaml = format!("{}\n{yaml_extra}", common::known_answers());
+    let settings = Settings::from_yaml(&yaml, "test", Path::new(".")).unwrap();
+    let store = Arc::new(Store::open(Default::default()).unwrap());
+    let registry = Registry::new();
+    (Engine::new(&settings, registry.clone(), store.clone()), registry, store)
+}
+
+/// Ticks until `done` holds for the workload's state, or panics after a while.
+fn tick_until(
+    engine: &mut Engine,
+    registry: &Registry,
+    now: SystemTime,
+    done: impl Fn(&WorkloadState) -> bool,
+) -> WorkloadState {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        engine.tick(now);
+        let snap = registry.load();
+        let s = snap.get(KEY).unwrap();
+        if done(s) {
+            return s.as_ref().clone();
+        }
+        assert!(Instant::now() < deadline, "no forecast in time: {:?}", s.forecast_error);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn stored_history_is_forecast_over_the_cold_start_look_ahead() {
+    let (mut engine, registry, store) = engine_with("");
+    // Three days of per-minute history, ending at a whole minute.
+    let now_secs = 1_800_000_000.0;
+    let start = now_secs - 3.0 * DAY;
+    let values: Vec<f64> = (0..3 * 1440).map(|i| demand(start + 60.0 * i as f64)).collect();
+    let series = format!("{KEY}/concurrency");
+    store.backfill(&series, UNIX_EPOCH + Duration::from_secs_f64(start), &values).unwrap();
+    let now = UNIX_EPOCH + Duration::from_secs_f64(now_secs);
+    store.set_latest(&series, now, demand(now_secs));
+
+    let s = tick_until(&mut engine, &registry, now, |s| s.forecast.is_some());
+    // The decision did not wait for the forecast: it is the reactive one.
+    assert!(s.decision.is_some());
+    let f = s.forecast.clone().unwrap();
+    assert_eq!(f.regime, Regime::Daily, "three days of history: daily seasonality only");
+    // llama-3.1-8b-h100 cold-starts in 240 + 150 + 60 s: 8 one-minute steps.
+    assert_eq!(f.horizon_steps, 8);
+    assert_eq!(f.point.len(), 8);
+    assert_eq!(f.step_secs, 60);
+    assert!(f.backtest_mase.is_some_and(|m| m < 0.5), "model {} scored {:?}", f.model, f.backtest_mase);
+    for (k, p) in f.point.iter().enumerate() {
+        let truth = demand(now_secs + 60.0 * k as f64);
+        assert!((p - truth).abs() < 0.5, "step {k}: forecast {p}, truth {truth} (model {})", f.model);
+    }
+    let p90 = &f.quantiles.iter().find(|q| q.quantile == 0.9).unwrap().values;
+    assert!(p90.iter().zip(&f.point).all(|(q, p)| q >= &(p - 1e-9)), "p90 below the point forecast");
+
+    // The forecast shows in the HTTP API's JSON.
+    let json = serde_json::to_value(&s.forecast).unwrap();
+    assert_eq!(json["regime"], "daily");
+    assert_eq!(json["start"], "2027-01-15T08:00:00.000Z");
+}
+
+#[test]
+fn no_history_means_no_forecast_and_a_reason() {
+    let (mut engine, registry, store) = engine_with("");
+    let now = SystemTime::now();
+    store.set_latest(&format!("{KEY}/concurrency"), now, 10.0);
+    let s = tick_until(&mut engine, &registry, now, |s| s.forecast_error.is_some());
+    assert_eq!(s.forecast_error.as_deref(), Some("no observed values in the series"));
+    assert!(s.forecast.is_none());
+    assert!(s.decision.is_some(), "the reactive decision stands without a forecast");
+}
+
+#[test]
+fn forecasting_can_be_turned_off() {
+    let (mut engine, registry, store) = engine_with("forecast: {enabled: false}");
+    let now = SystemTime::now();
+    let values: Vec<f64> = (0..1440).map(|i| demand(60.0 * i as f64)).collect();
+    store.backfill(&format!("{KEY}/concurrency"), now - Duration::from_secs(86_400), &values).unwrap();
+    for _ in 0..10 {
+        engine.tick(now);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let snap = registry.load();
+    let s = snap.get(KEY).unwrap();
+    assert!(s.forecast.is_none() && s.forecast_error.is_none());
+}
+
+#[test]
+fn forecast_settings_are_validated() {
+    let cases = [
+        ("forecast: {refit_interval_secs: 1}", "forecast.refit_interval_secs: must be within 10..=86400, got 1"),
+        ("forecast: {quantiles: [0.5, 1.2]}", "forecast.quantiles: each must be strictly between 0 and 1, got 1.2"),
+        ("forecast: {history_days: 60}", "forecast.history_days: 60 exceeds store.retention_days 35"),
+        ("forecast: {origins: 0}", "forecast.origins: must be within 1..=100, got 0"),
+        ("forecast: {horizon: 3}", "unknown field `horizon`"),
+        (
+            "forecast: {seasons_secs: [90]}",
+            "forecast.seasons_secs: 90 is not a whole number (of at least 2) of store.resolution_secs 60",
+        ),
+    ];
+    for (extra, want) in cases {
+        let yaml = format!("{}\n{extra}", common::known_answers());
+        let err = Settings::from_yaml(&yaml, "test", Path::new(".")).unwrap_err().to_string();
+        assert!(err.contains(want), "{extra}: {err}");
+    }
+}
