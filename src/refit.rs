@@ -8,6 +8,7 @@
 //! the engine has published.
 
 use std::{
+    collections::HashMap,
     sync::{mpsc, Arc},
     thread,
     time::{Instant, SystemTime, UNIX_EPOCH},
@@ -18,7 +19,10 @@ use tracing::{debug, warn};
 
 use crate::{
     config::{ForecastSettings, Workload},
-    forecast::{auto::Choice, Forecaster, ForecasterConfig, QuantileForecast, Regime, Seasons, Series},
+    forecast::{
+        auto::{Choice, Selection},
+        Forecaster, ForecasterConfig, QuantileForecast, Regime, Seasons, Series,
+    },
     sources::{collector::series, Signal},
     store::Store,
     time::rfc3339,
@@ -33,6 +37,10 @@ pub struct ForecastView {
     pub regime: Regime,
     /// Backtest MASE of the chosen model; `None` when the history was too short to backtest.
     pub backtest_mase: Option<f64>,
+    /// Every candidate's backtest MASE at the last selection, best first.
+    pub candidates: Vec<(String, f64)>,
+    /// When the model was last chosen by backtest (refits in between reuse it).
+    pub selected_at: String,
     pub level_shift: Option<f64>,
     /// When the fit ran.
     pub fitted_at: String,
@@ -78,9 +86,11 @@ impl Refitter {
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let (done_tx, done) = mpsc::channel();
         let spawned = thread::Builder::new().name("foresight-refit".into()).spawn(move || {
+            // Each workload's last model selection and when it was made.
+            let mut selections: HashMap<(String, Signal), (Selection, SystemTime)> = HashMap::new();
             for job in job_rx {
                 let key = job.key.clone();
-                let outcome = refit(&store, &job);
+                let outcome = refit(&store, &job, &mut selections);
                 match &outcome {
                     Ok(f) => debug!(workload = %key, model = %f.model, regime = f.regime.as_str(), fit_ms = f.fit_ms, "forecast refitted"),
                     Err(e) => debug!(workload = %key, error = %e, "no forecast"),
@@ -116,8 +126,9 @@ impl Refitter {
     }
 }
 
-/// Reads the history and fits. Pure apart from the store read and the timer.
-fn refit(store: &Store, job: &Job) -> Outcome {
+/// Reads the history and fits: a full selection when the last one is older
+/// than the reselect interval, else a refit of the models it chose.
+fn refit(store: &Store, job: &Job, selections: &mut HashMap<(String, Signal), (Selection, SystemTime)>) -> Outcome {
     let t0 = Instant::now();
     let step = store.resolution();
     let from = job.now.checked_sub(job.settings.history).unwrap_or(UNIX_EPOCH);
@@ -136,13 +147,31 @@ fn refit(store: &Store, job: &Job) -> Outcome {
         ..ForecasterConfig::default()
     })
     .map_err(|e| e.to_string())?;
-    let f = forecaster.forecast(&s, horizon, &Choice::Auto).map_err(|e| e.to_string())?;
+    let slot = (job.key.clone(), job.signal);
+    let choice = match selections.get(&slot) {
+        Some((sel, at)) if job.now.duration_since(*at).is_ok_and(|age| age < job.settings.reselect_interval) => {
+            Choice::Reuse(sel.clone())
+        }
+        _ => Choice::Auto,
+    };
+    let f = forecaster.forecast(&s, horizon, &choice).map_err(|e| e.to_string())?;
+    let selected_at = match (&choice, selections.get(&slot)) {
+        (Choice::Reuse(sel), Some((_, at))) if *sel == f.selection => *at,
+        _ => job.now,
+    };
+    if f.selection.regime.is_some() {
+        selections.insert(slot, (f.selection.clone(), selected_at));
+    } else {
+        selections.remove(&slot);
+    }
     let time = |t: i64| rfc3339(UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64));
     Ok(Arc::new(ForecastView {
         signal: job.signal,
         model: f.model,
         regime: f.regime,
         backtest_mase: f.backtest_mase,
+        candidates: f.candidates,
+        selected_at: rfc3339(selected_at),
         level_shift: f.level_shift,
         fitted_at: rfc3339(job.now),
         start: time(f.start),

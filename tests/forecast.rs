@@ -45,6 +45,27 @@ fn a_pure_daily_and_weekly_series_is_forecast_exactly() {
 }
 
 #[test]
+fn a_reused_selection_refits_the_same_models_on_new_history() {
+    let s1 = series(4 * WEEK, seasonal);
+    let f1 = auto().forecast(&s1, 12, &Choice::Auto).unwrap();
+    assert_eq!(f1.selection.regime, Some(Regime::Seasonal));
+    // A day later: same models, fitted on the new history, still exact.
+    let s2 = series(4 * WEEK + DAY, seasonal);
+    let f2 = auto().forecast(&s2, 12, &Choice::Reuse(f1.selection.clone())).unwrap();
+    assert_eq!(f2.model, f1.model);
+    assert_eq!(f2.selection, f1.selection);
+    for (k, p) in f2.point.iter().enumerate() {
+        assert!((p - seasonal(s2.len() + k)).abs() < 1e-6, "step {k}: {p}");
+    }
+    // A selection made in another regime is not reused: the forecaster selects afresh.
+    let short = series(3 * DAY, seasonal);
+    let f3 = auto().forecast(&short, 12, &Choice::Reuse(f1.selection.clone())).unwrap();
+    assert_eq!(f3.regime, Regime::Daily);
+    assert_eq!(f3.selection.regime, Some(Regime::Daily));
+    assert!(!f3.model.contains("snaive-week"), "{}", f3.model);
+}
+
+#[test]
 fn a_noise_free_trend_is_extrapolated() {
     let line = |t: usize| 50.0 + 0.5 * t as f64;
     let s = series(3 * DAY, line);

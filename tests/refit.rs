@@ -87,6 +87,17 @@ fn stored_history_is_forecast_over_the_cold_start_look_ahead() {
     let json = serde_json::to_value(&s.forecast).unwrap();
     assert_eq!(json["regime"], "daily");
     assert_eq!(json["start"], "2027-01-15T08:00:00.000Z");
+    assert_eq!(json["selected_at"], json["fitted_at"]);
+
+    // Ten minutes later (the default refit interval) the model is refitted, not chosen again.
+    let later = now + Duration::from_secs(600);
+    let first_fit = f.fitted_at.clone();
+    let s =
+        tick_until(&mut engine, &registry, later, |s| s.forecast.as_ref().is_some_and(|g| g.fitted_at != first_fit));
+    let g = s.forecast.unwrap();
+    assert_eq!(g.selected_at, f.selected_at, "a refit within the reselect interval reuses the selection");
+    assert_eq!((g.model.as_str(), g.candidates.len()), (f.model.as_str(), f.candidates.len()));
+    assert_eq!(g.start, "2027-01-15T08:10:00.000Z");
 }
 
 #[test]
@@ -122,6 +133,10 @@ fn forecast_settings_are_validated() {
         ("forecast: {quantiles: [0.5, 1.2]}", "forecast.quantiles: each must be strictly between 0 and 1, got 1.2"),
         ("forecast: {history_days: 60}", "forecast.history_days: 60 exceeds store.retention_days 35"),
         ("forecast: {origins: 0}", "forecast.origins: must be within 1..=100, got 0"),
+        (
+            "forecast: {reselect_interval_secs: 0}",
+            "forecast.reselect_interval_secs: must be within 10..=2592000, got 0",
+        ),
         ("forecast: {horizon: 3}", "unknown field `horizon`"),
         (
             "forecast: {seasons_secs: [90]}",

@@ -91,6 +91,7 @@ pub struct Settings {
 pub struct ForecastSettings {
     pub enabled: bool,
     pub refit_interval: Duration,
+    pub reselect_interval: Duration,
     /// History each fit reads.
     pub history: Duration,
     pub origins: usize,
@@ -281,6 +282,12 @@ fn validate(
             format!("must be within 10..=86400, got {}", fc.refit_interval_secs),
         );
     }
+    if !(10.0..=30.0 * 86_400.0).contains(&fc.reselect_interval_secs) {
+        bad(
+            "forecast.reselect_interval_secs".into(),
+            format!("must be within 10..=2592000, got {}", fc.reselect_interval_secs),
+        );
+    }
     if !(1.0 / 24.0..=3650.0).contains(&fc.history_days) {
         bad("forecast.history_days".into(), format!("must be within 1/24..=3650, got {}", fc.history_days));
     } else if fc.history_days > st.retention_days {
@@ -321,6 +328,7 @@ fn validate(
     let forecast = ForecastSettings {
         enabled: fc.enabled,
         refit_interval: Duration::from_secs_f64(fc.refit_interval_secs.clamp(10.0, 86_400.0)),
+        reselect_interval: Duration::from_secs_f64(fc.reselect_interval_secs.clamp(10.0, 30.0 * 86_400.0)),
         history: Duration::from_secs_f64(fc.history_days.clamp(1.0 / 24.0, 3650.0) * 86_400.0),
         origins: fc.origins.clamp(1, 100),
         quantiles,

@@ -45,9 +45,12 @@ pub struct RawForecast {
     /// Off: decisions stay reactive and no forecast is computed.
     #[serde(default = "default_true")]
     pub enabled: bool,
-    /// How often each workload's forecast is refitted (model chosen again by backtest).
+    /// How often each workload's forecast is refitted on new history.
     #[serde(default = "default_refit_interval_secs")]
     pub refit_interval_secs: f64,
+    /// How often the model is chosen again by backtest (the costly part); refits in between reuse the choice.
+    #[serde(default = "default_reselect_interval_secs")]
+    pub reselect_interval_secs: f64,
     /// History each fit reads from the store.
     #[serde(default = "default_history_days")]
     pub history_days: f64,
@@ -68,6 +71,7 @@ impl Default for RawForecast {
         RawForecast {
             enabled: true,
             refit_interval_secs: default_refit_interval_secs(),
+            reselect_interval_secs: default_reselect_interval_secs(),
             history_days: default_history_days(),
             origins: default_origins(),
             quantiles: default_quantiles(),
@@ -81,6 +85,9 @@ fn default_true() -> bool {
 }
 fn default_refit_interval_secs() -> f64 {
     600.0
+}
+fn default_reselect_interval_secs() -> f64 {
+    6.0 * 3600.0
 }
 fn default_history_days() -> f64 {
     28.0

@@ -46,12 +46,30 @@ impl Default for ForecasterConfig {
 }
 
 /// Which model to use.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Choice {
     /// Pick by backtest.
     Auto,
     /// This model (by [`Model::name`]), backtested only for its intervals.
     Named(String),
+    /// What an earlier forecast selected ([`Forecast::selection`]): refit
+    /// those models on the new history without backtesting again, the cheap
+    /// path between selections. Falls back to `Auto` if the history has moved
+    /// to another regime since.
+    Reuse(Selection),
+}
+
+/// The outcome of model selection, reusable for later refits.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Selection {
+    pub regime: Option<Regime>,
+    /// The models whose mean is the forecast (one, or an ensemble).
+    pub members: Vec<String>,
+    pub mase: Option<f64>,
+    /// Backtest residuals (actual - forecast), one row per origin: the intervals.
+    pub residuals: Vec<Vec<f64>>,
+    /// Every candidate's backtest score, best first.
+    pub candidates: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Clone)]
@@ -127,37 +145,34 @@ impl Forecaster {
         let series = self.window(&trim_leading_gaps(series)?);
         let seasons = self.seasons(series.step);
         let regime = Self::regime(&seasons, series.len());
-        let models: Vec<Box<dyn Model>> = match choice {
-            Choice::Auto => Self::candidates(regime),
-            Choice::Named(name) => vec![model(name)?],
+        let selection = match choice {
+            Choice::Reuse(sel) if sel.regime == Some(regime) && !sel.members.is_empty() => sel.clone(),
+            Choice::Auto | Choice::Reuse(_) => self.select(&series, &seasons, regime, h, Self::candidates(regime)),
+            Choice::Named(name) => self.select(&series, &seasons, regime, h, vec![model(name)?]),
         };
-        let ranked = self.rank(&series, &seasons, regime, h, &models);
-        let (chosen, mase, pool) = match ranked.first() {
-            Some(best) => {
-                let pool: Vec<Vec<f64>> = self
-                    .splits(&series, h, regime)
-                    .map(|s| {
-                        s.list
-                            .iter()
-                            .zip(&best.forecasts)
-                            .filter_map(|(sp, f)| f.as_ref().map(|f| backtest::residual_slice(&series, sp, f)))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                (best.members.clone(), Some(best.mase), pool)
-            }
-            // Too short to backtest: the regime's default model.
-            None => (vec![models[0].name().to_string()], None, Vec::new()),
+        let (chosen, mase, pool) = (&selection.members, selection.mase, &selection.residuals);
+        let mut point = self.fit_members(&series, &seasons, chosen, h)?;
+        // A shift has to hold for an hour (and three points) before it is believed.
+        let min_run = ((3600 / series.step.max(1)) as usize).max(3);
+        let level_shift = if pool.is_empty() {
+            None
+        } else {
+            self.recent_errors(&series, &seasons, chosen, 2 * min_run)
+                .and_then(|recent| level_shift(pool, &recent, min_run))
         };
-        let mut point = self.fit_members(&series, &seasons, &chosen, h)?;
-        let level_shift = level_shift(&pool, super::prep::spike_half_window(series.step).max(3));
         if let Some(shift) = level_shift {
             point.iter_mut().for_each(|p| *p += shift);
         }
-        let pool = if pool.len() >= MIN_INTERVAL_SPLITS { pool } else { change_spread(&series.values, h) };
+        let spread;
+        let pool = if pool.len() >= MIN_INTERVAL_SPLITS {
+            pool
+        } else {
+            spread = change_spread(&series.values, h);
+            &spread
+        };
         let non_negative = series.values.iter().filter(|v| v.is_finite()).all(|v| *v >= 0.0);
         let forecast = Forecast {
-            model: ensemble_name(&chosen),
+            model: ensemble_name(chosen),
             regime,
             start: series.time_of(series.len()),
             step: series.step,
@@ -165,9 +180,52 @@ impl Forecaster {
             quantiles: Vec::new(),
             backtest_mase: mase,
             level_shift,
-            candidates: ranked.iter().map(|c| (c.name.clone(), c.mase)).collect(),
+            candidates: selection.candidates.clone(),
+            selection: selection.clone(),
         };
-        Ok(backtest::with_intervals(forecast, &pool, &self.cfg.quantiles, non_negative))
+        Ok(backtest::with_intervals(forecast, pool, &self.cfg.quantiles, non_negative))
+    }
+
+    /// Backtests `models` and keeps the best (or the best ensemble), with its residuals.
+    fn select(
+        &self,
+        series: &Series,
+        seasons: &Seasons,
+        regime: Regime,
+        h: usize,
+        models: Vec<Box<dyn Model>>,
+    ) -> Selection {
+        let ranked = self.rank(series, seasons, regime, h, &models);
+        let candidates = ranked.iter().map(|c| (c.name.clone(), c.mase)).collect();
+        match ranked.first() {
+            Some(best) => {
+                let residuals = self
+                    .splits(series, h, regime)
+                    .map(|s| {
+                        s.list
+                            .iter()
+                            .zip(&best.forecasts)
+                            .filter_map(|(sp, f)| f.as_ref().map(|f| backtest::residual_slice(series, sp, f)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Selection {
+                    regime: Some(regime),
+                    members: best.members.clone(),
+                    mase: Some(best.mase),
+                    residuals,
+                    candidates,
+                }
+            }
+            // Too short to backtest: the regime's default model, and no selection to reuse.
+            None => Selection {
+                regime: None,
+                members: vec![models[0].name().to_string()],
+                mase: None,
+                residuals: Vec::new(),
+                candidates,
+            },
+        }
     }
 
     /// The splits selection uses for a series of this length.
@@ -226,6 +284,18 @@ impl Forecaster {
         ranked
     }
 
+    /// actual - forecast over the last `w` points, from the chosen model fitted
+    /// on everything before them; `None` if the history is too short for that.
+    fn recent_errors(&self, series: &Series, seasons: &Seasons, members: &[String], w: usize) -> Option<Vec<f64>> {
+        let n = series.len();
+        if w == 0 || n < 4 * w {
+            return None;
+        }
+        let head = series.slice(0, n - w);
+        let f = self.fit_members(&head, seasons, members, w).ok()?;
+        Some(series.values[n - w..].iter().zip(&f).map(|(a, p)| a - p).collect())
+    }
+
     fn fit_members(
         &self,
         series: &Series,
@@ -271,8 +341,7 @@ fn mean_of<'a>(rows: impl Iterator<Item = &'a [f64]>) -> Option<Vec<f64>> {
 /// (a week, for weekly naive), so without this a step change would be
 /// forecast away for days. The latest split ends at the last observation,
 /// so its errors are the freshest evidence there is.
-fn level_shift(pool: &[Vec<f64>], min_run: usize) -> Option<f64> {
-    let latest = pool.last()?;
+fn level_shift(pool: &[Vec<f64>], latest: &[f64], min_run: usize) -> Option<f64> {
     let mut all: Vec<f64> = pool.iter().flatten().copied().filter(|r| r.is_finite()).collect();
     let med = backtest::quantile(&mut all, 0.5);
     let mut dev: Vec<f64> = all.iter().map(|r| (r - med).abs()).collect();
@@ -281,8 +350,9 @@ fn level_shift(pool: &[Vec<f64>], min_run: usize) -> Option<f64> {
         return None;
     }
     let observed: Vec<f64> = latest.iter().copied().filter(|r| r.is_finite()).collect();
-    let sign = observed.last()?.signum();
-    let run = observed.iter().rev().take_while(|r| r.signum() == sign && (*r - med).abs() > 3.0 * sigma).count();
+    let sign = (observed.last()? - med).signum();
+    let run =
+        observed.iter().rev().take_while(|r| (*r - med).signum() == sign && (*r - med).abs() > 3.0 * sigma).count();
     if run < min_run {
         return None;
     }

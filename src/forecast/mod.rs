@@ -191,6 +191,9 @@ pub struct Forecast {
     pub level_shift: Option<f64>,
     /// Why this model: the candidates' backtest scores, best first.
     pub candidates: Vec<(String, f64)>,
+    /// The selection behind this forecast, to refit cheaply with [`auto::Choice::Reuse`].
+    #[serde(skip)]
+    pub selection: auto::Selection,
 }
 
 impl Forecast {
