@@ -467,7 +467,10 @@ pub fn run_forecast(args: &ForecastArgs, out: &mut dyn Write) -> anyhow::Result<
     let choice = if args.model == "auto" { Choice::Auto } else { Choice::Named(args.model.clone()) };
     let f = forecaster.forecast(series, h, &choice)?;
     if args.json {
-        serde_json::to_writer_pretty(&mut *out, &f)?;
+        let mut value = serde_json::to_value(&f)?;
+        // Unix seconds in `start`, and RFC 3339 times beside every point for people and notebooks.
+        value["times"] = (0..f.point.len()).map(|k| iso(f.start + f.step * k as i64)).collect();
+        serde_json::to_writer_pretty(&mut *out, &value)?;
         writeln!(out)?;
         return Ok(());
     }
