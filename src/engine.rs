@@ -28,8 +28,8 @@ use crate::{
 struct Slot {
     workload: Arc<Workload>,
     state: WorkloadState,
-    /// A refit of this workload is queued or running.
-    refit_pending: bool,
+    /// The id of this workload's refit that is queued or running.
+    refit_pending: Option<u64>,
     /// When the next refit is due.
     refit_due: Option<SystemTime>,
 }
@@ -42,6 +42,7 @@ pub struct Engine {
     log_every_decision: bool,
     forecast: Arc<ForecastSettings>,
     refitter: Refitter,
+    next_job: u64,
 }
 
 /// A refit that gave no forecast (no history yet, say) is tried again this soon,
@@ -52,7 +53,8 @@ impl Engine {
     pub fn new(settings: &Settings, registry: Arc<Registry>, store: Arc<Store>) -> Self {
         let refitter = Refitter::start(store.clone());
         let forecast = Arc::new(settings.forecast.clone());
-        let mut engine = Engine { slots: Vec::new(), registry, store, log_every_decision: false, forecast, refitter };
+        let mut engine =
+            Engine { slots: Vec::new(), registry, store, log_every_decision: false, forecast, refitter, next_job: 0 };
         engine.reconfigure(settings);
         engine
     }
@@ -72,7 +74,7 @@ impl Engine {
                     }
                     s
                 }
-                _ => Slot { workload: w.clone(), state: WorkloadState::new(w), refit_pending: false, refit_due: None },
+                _ => Slot { workload: w.clone(), state: WorkloadState::new(w), refit_pending: None, refit_due: None },
             };
             self.slots.push(slot);
         }
@@ -146,10 +148,10 @@ impl Engine {
         let finished = self.refitter.finished();
         for done in finished {
             // A workload removed or changed since the job was queued has a new slot: drop the result.
-            let Some(slot) = self.slots.iter_mut().find(|s| s.refit_pending && s.workload.key() == done.key) else {
+            let Some(slot) = self.slots.iter_mut().find(|s| s.refit_pending == Some(done.id)) else {
                 continue;
             };
-            slot.refit_pending = false;
+            slot.refit_pending = None;
             let interval = self.forecast.refit_interval;
             match done.outcome {
                 Ok(f) => {
@@ -176,9 +178,12 @@ impl Engine {
             }
             return;
         }
-        for slot in self.slots.iter_mut().filter(|s| !s.refit_pending && s.refit_due.is_none_or(|due| now >= due)) {
-            self.refitter.submit(&slot.workload, now, &self.forecast);
-            slot.refit_pending = true;
+        for slot in
+            self.slots.iter_mut().filter(|s| s.refit_pending.is_none() && s.refit_due.is_none_or(|due| now >= due))
+        {
+            self.next_job += 1;
+            self.refitter.submit(self.next_job, &slot.workload, now, &self.forecast);
+            slot.refit_pending = Some(self.next_job);
         }
     }
 

@@ -60,6 +60,7 @@ pub struct ForecastView {
 pub type Outcome = Result<Arc<ForecastView>, String>;
 
 struct Job {
+    id: u64,
     key: String,
     signal: Signal,
     /// How far ahead to forecast: the profile's cold start.
@@ -68,8 +69,9 @@ struct Job {
     settings: Arc<ForecastSettings>,
 }
 
-/// A finished refit, for the workload `key`.
+/// A finished refit: the id it was submitted with, for the workload `key`.
 pub struct Done {
+    pub id: u64,
     pub key: String,
     pub outcome: Outcome,
 }
@@ -89,13 +91,13 @@ impl Refitter {
             // Each workload's last model selection and when it was made.
             let mut selections: HashMap<(String, Signal), (Selection, SystemTime)> = HashMap::new();
             for job in job_rx {
-                let key = job.key.clone();
+                let (id, key) = (job.id, job.key.clone());
                 let outcome = refit(&store, &job, &mut selections);
                 match &outcome {
                     Ok(f) => debug!(workload = %key, model = %f.model, regime = f.regime.as_str(), fit_ms = f.fit_ms, "forecast refitted"),
                     Err(e) => debug!(workload = %key, error = %e, "no forecast"),
                 }
-                if done_tx.send(Done { key, outcome }).is_err() {
+                if done_tx.send(Done { id, key, outcome }).is_err() {
                     return;
                 }
             }
@@ -107,9 +109,10 @@ impl Refitter {
         Refitter { jobs, done }
     }
 
-    /// Queue a refit of `w` as of `now`.
-    pub fn submit(&self, w: &Workload, now: SystemTime, settings: &Arc<ForecastSettings>) {
+    /// Queue a refit of `w` as of `now`; its [`Done`] carries `id`.
+    pub fn submit(&self, id: u64, w: &Workload, now: SystemTime, settings: &Arc<ForecastSettings>) {
         let job = Job {
+            id,
             key: w.key(),
             signal: w.target.signal,
             lead_secs: w.profile.cold_start_secs.total_secs(),
