@@ -208,14 +208,24 @@ pub fn run_backtest(args: &BacktestArgs, out: &mut dyn Write) -> anyhow::Result<
     }
     let seasons = parse_seasons(&args.seasons, step)?;
     let origin_step = args.origin_step.as_deref().map(|s| steps(s, step, "--step")).transpose()?.unwrap_or(h);
+    if origin_step == 0 || args.origins == 0 {
+        bail!("--step and --origins must be at least 1");
+    }
     let train_window = args.train_window.as_deref().map(|s| steps(s, step, "--train-window")).transpose()?;
     let min_train = 2 * seasons.shortest().unwrap_or(1);
-    let splits = Splits::rolling(series.len(), h, args.origins, origin_step.max(1), train_window, min_train)
+    if let Some(w) = train_window.filter(|&w| w < min_train) {
+        bail!("--train-window is {w} steps; the models need at least {min_train} (two cycles of the shortest season)");
+    }
+    warn_if_sparse(&load);
+    let splits = Splits::rolling(series.len(), h, args.origins, origin_step, train_window, min_train)
         .context("not enough history for one split with these --horizon, --season and --origins")?;
-    let chosen: Vec<Box<dyn crate::forecast::Model>> = if args.models.is_empty() {
+    let only_auto = args.models.iter().all(|m| m == "auto") && !args.models.is_empty();
+    let chosen: Vec<Box<dyn crate::forecast::Model>> = if only_auto {
+        Vec::new()
+    } else if args.models.is_empty() {
         models()
     } else {
-        args.models.iter().map(|m| crate::forecast::model(m)).collect::<Result<_, _>>()?
+        args.models.iter().filter(|m| *m != "auto").map(|m| crate::forecast::model(m)).collect::<Result<_, _>>()?
     };
     writeln!(
         out,
@@ -236,14 +246,20 @@ pub fn run_backtest(args: &BacktestArgs, out: &mut dyn Write) -> anyhow::Result<
     let mut timer = || clock.elapsed().as_secs_f64();
     let band = (0.1, 0.9);
     let mut rows = Vec::new();
+    let mut skipped = Vec::new();
     let mut runs: Vec<(String, Vec<Option<Vec<f64>>>, Vec<Option<Interval>>)> = Vec::new();
     for m in &chosen {
         bar.set_message(m.name());
         let run = backtest::run_model(series, &seasons, &splits, m.as_ref(), &mut timer);
         bar.inc(splits.list.len() as u64);
         let intervals = earlier_intervals(series, &splits, &run.forecasts, band);
-        if let Some(s) = backtest::score(series, &seasons, &splits, &run.forecasts, band) {
-            rows.push(row(m.name(), &s, &run.fit_secs));
+        match backtest::score(series, &seasons, &splits, &run.forecasts, band) {
+            Some(s) => rows.push(row(m.name(), &s, &run.fit_secs)),
+            None => skipped.push(format!(
+                "{} (fitted at no origin: {})",
+                m.name(),
+                why_unfitted(series, &seasons, &splits, m.as_ref())
+            )),
         }
         runs.push((run.model, run.forecasts, intervals));
     }
@@ -282,6 +298,9 @@ pub fn run_backtest(args: &BacktestArgs, out: &mut dyn Write) -> anyhow::Result<
     print_table(&rows, out)?;
     let picks: Vec<String> = auto_choices.iter().map(|(m, n)| format!("{m} x{n}")).collect();
     writeln!(out, "auto picked: {}", picks.join(", "))?;
+    for s in &skipped {
+        writeln!(out, "not scored: {s}")?;
+    }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let summary = Summary {
@@ -304,11 +323,32 @@ pub fn run_backtest(args: &BacktestArgs, out: &mut dyn Write) -> anyhow::Result<
     Ok(())
 }
 
+/// Why a model fitted at no split: the first split's error.
+fn why_unfitted(series: &Series, seasons: &Seasons, splits: &Splits, model: &dyn crate::forecast::Model) -> String {
+    splits
+        .list
+        .first()
+        .and_then(|s| backtest::fit_predict(&s.train(series), seasons, model, splits.horizon).err())
+        .map_or_else(|| "no error".into(), |e| e.to_string())
+}
+
+/// A grid that is mostly gaps usually means a wrong `--freq` or a stray timestamp.
+fn warn_if_sparse(load: &Loaded) {
+    if load.gaps * 2 > load.series.len() {
+        eprintln!(
+            "warning: {} of the {} grid slots ({}s apart) have no value: check --freq and the timestamps",
+            load.gaps,
+            load.series.len(),
+            load.series.step
+        );
+    }
+}
+
 fn parse_seasons(args: &[String], step: i64) -> anyhow::Result<Seasons> {
     if args.is_empty() {
         let s = Seasons::calendar(step);
         if s.periods().is_empty() {
-            bail!("a day is not a whole number of {step}s steps; give the periods with --season");
+            bail!("no calendar seasons for {step}s steps (a day must be a whole number of at least 2 steps); give the periods with --season, or --season none");
         }
         return Ok(s);
     }
@@ -459,6 +499,7 @@ pub fn run_forecast(args: &ForecastArgs, out: &mut dyn Write) -> anyhow::Result<
     let load = read_csv(&args.input)?;
     let series = &load.series;
     let h = steps(&args.horizon, series.step, "--horizon")?;
+    warn_if_sparse(&load);
     let seasons = if args.seasons.is_empty() { None } else { Some(parse_seasons(&args.seasons, series.step)?) };
     let mut quantiles = args.quantiles.clone();
     quantiles.sort_by(f64::total_cmp);

@@ -70,7 +70,9 @@ impl Engine {
             let slot = match old.remove(&w.key()) {
                 Some(mut s) if s.workload.as_ref() == w.as_ref() => {
                     if forecast_changed {
+                        // Refit now with the new settings; a fit still running with the old ones is dropped.
                         s.refit_due = None;
+                        s.refit_pending = None;
                     }
                     s
                 }
@@ -166,6 +168,8 @@ impl Engine {
                     if slot.state.forecast_error.as_deref() != Some(why.as_str()) {
                         warn!(workload = %done.key, reason = %why, "no forecast; decisions stay reactive");
                     }
+                    // No forecast beats an old one presented as current.
+                    slot.state.forecast = None;
                     slot.state.forecast_error = Some(why);
                     slot.refit_due = Some(now + interval.min(std::time::Duration::from_secs(RETRY_SECS)));
                 }

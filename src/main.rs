@@ -166,7 +166,7 @@ fn main() -> ExitCode {
             report(history(&config, &workload, &signal, minutes, &mut std::io::stdout().lock()))
         }
         Command::Backtest { csv, shape: ShapeArgs { horizon, seasons }, origins, step, train_window, models, out } => {
-            let models = models.into_iter().filter(|m| m != "auto").collect();
+            // `--model auto` alone scores only auto; other names are scored beside it.
             let args = BacktestArgs {
                 input: csv.into(),
                 horizon,

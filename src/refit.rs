@@ -9,6 +9,7 @@
 
 use std::{
     collections::HashMap,
+    panic::{self, AssertUnwindSafe},
     sync::{mpsc, Arc},
     thread,
     time::{Instant, SystemTime, UNIX_EPOCH},
@@ -88,11 +89,15 @@ impl Refitter {
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let (done_tx, done) = mpsc::channel();
         let spawned = thread::Builder::new().name("foresight-refit".into()).spawn(move || {
-            // Each workload's last model selection and when it was made.
-            let mut selections: HashMap<(String, Signal), (Selection, SystemTime)> = HashMap::new();
+            let mut selections = Selections::new();
             for job in job_rx {
                 let (id, key) = (job.id, job.key.clone());
-                let outcome = refit(&store, &job, &mut selections);
+                // A bug in one fit must not stop every later forecast: it becomes that workload's error.
+                let outcome = panic::catch_unwind(AssertUnwindSafe(|| refit(&store, &job, &mut selections)))
+                    .unwrap_or_else(|_| {
+                        selections.remove(&key);
+                        Err("the forecaster panicked on this history (a bug; please report it)".into())
+                    });
                 match &outcome {
                     Ok(f) => debug!(workload = %key, model = %f.model, regime = f.regime.as_str(), fit_ms = f.fit_ms, "forecast refitted"),
                     Err(e) => debug!(workload = %key, error = %e, "no forecast"),
@@ -129,9 +134,21 @@ impl Refitter {
     }
 }
 
+/// Each workload's last model selection: what it was made for (signal,
+/// horizon, settings), the selection, and when it was made.
+type Selections = HashMap<String, (SelectionKey, Selection, SystemTime)>;
+
+#[derive(PartialEq)]
+struct SelectionKey {
+    signal: Signal,
+    horizon: usize,
+    settings: ForecastSettings,
+}
+
 /// Reads the history and fits: a full selection when the last one is older
-/// than the reselect interval, else a refit of the models it chose.
-fn refit(store: &Store, job: &Job, selections: &mut HashMap<(String, Signal), (Selection, SystemTime)>) -> Outcome {
+/// than the reselect interval (or was made for another signal, horizon or
+/// settings), else a refit of the models it chose.
+fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
     let t0 = Instant::now();
     let step = store.resolution();
     let from = job.now.checked_sub(job.settings.history).unwrap_or(UNIX_EPOCH);
@@ -142,6 +159,15 @@ fn refit(store: &Store, job: &Job, selections: &mut HashMap<(String, Signal), (S
         history.start.duration_since(UNIX_EPOCH).map_err(|_| "history starts before 1970".to_string())?.as_secs();
     let horizon = ((job.lead_secs / step_secs as f64).ceil() as usize).max(1);
     let s = Series { start: start as i64, step: step_secs, values: history.values };
+    // A signal that stopped reporting is not forecast from its last value.
+    let silent = s.values.iter().rev().take_while(|v| !v.is_finite()).count();
+    if silent > horizon.max(2) && silent < s.len() {
+        return Err(format!(
+            "no `{}` recorded in the last {} s: not forecasting from stale history",
+            job.signal,
+            silent as i64 * step_secs
+        ));
+    }
     let seasons = Seasons::new(job.settings.seasons.clone()).map_err(|e| e.to_string())?;
     let forecaster = Forecaster::new(ForecasterConfig {
         seasons: Some(seasons),
@@ -150,22 +176,31 @@ fn refit(store: &Store, job: &Job, selections: &mut HashMap<(String, Signal), (S
         ..ForecasterConfig::default()
     })
     .map_err(|e| e.to_string())?;
-    let slot = (job.key.clone(), job.signal);
-    let choice = match selections.get(&slot) {
-        Some((sel, at)) if job.now.duration_since(*at).is_ok_and(|age| age < job.settings.reselect_interval) => {
+    let key = SelectionKey { signal: job.signal, horizon, settings: job.settings.as_ref().clone() };
+    let choice = match selections.get(&job.key) {
+        Some((made_for, sel, at))
+            if *made_for == key
+                && job.now.duration_since(*at).is_ok_and(|age| age < job.settings.reselect_interval) =>
+        {
             Choice::Reuse(sel.clone())
         }
         _ => Choice::Auto,
     };
-    let f = forecaster.forecast(&s, horizon, &choice).map_err(|e| e.to_string())?;
-    let selected_at = match (&choice, selections.get(&slot)) {
-        (Choice::Reuse(sel), Some((_, at))) if *sel == f.selection => *at,
+    let f = match forecaster.forecast(&s, horizon, &choice) {
+        Ok(f) => f,
+        Err(e) => {
+            selections.remove(&job.key);
+            return Err(e.to_string());
+        }
+    };
+    let selected_at = match selections.get(&job.key) {
+        Some((_, _, at)) if f.reused_selection => *at,
         _ => job.now,
     };
     if f.selection.regime.is_some() {
-        selections.insert(slot, (f.selection.clone(), selected_at));
+        selections.insert(job.key.clone(), (key, f.selection.clone(), selected_at));
     } else {
-        selections.remove(&slot);
+        selections.remove(&job.key);
     }
     let time = |t: i64| rfc3339(UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64));
     Ok(Arc::new(ForecastView {

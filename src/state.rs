@@ -41,7 +41,7 @@ pub struct WorkloadState {
     /// The latest forecast of the target signal over the cold-start look-ahead
     /// (refitted in the background, see [`crate::refit`]).
     pub forecast: Option<Arc<ForecastView>>,
-    /// Why the latest refit gave no forecast (e.g. no history yet); the previous forecast, if any, is kept.
+    /// Why the latest refit gave no forecast (e.g. no history yet, or the signal went silent); `forecast` is then `None`.
     pub forecast_error: Option<String>,
 }
 

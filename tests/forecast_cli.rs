@@ -67,6 +67,23 @@ fn backtest_scores_every_model_and_writes_its_splits() {
         assert!(out.lines().any(|l| l.starts_with(&format!("{model} "))), "no row for {model}:\n{out}");
     }
     assert!(out.contains("auto picked: "), "{out}");
+    let (code, only, err) = run(&[
+        "backtest",
+        "--csv",
+        &csv,
+        "--time-col",
+        "time",
+        "--value-col",
+        "requests",
+        "--horizon",
+        "2h",
+        "--origins",
+        "3",
+        "--model",
+        "auto",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(only.lines().any(|l| l.starts_with("auto ")) && !only.contains("mstl "), "only auto is scored:\n{only}");
 
     // The splits are written so another tool can be run on exactly the same ones.
     let splits = std::fs::read_to_string(out_dir.join("splits.csv")).unwrap();
@@ -156,6 +173,41 @@ fn bad_input_gets_a_clear_error() {
     let (code, _, err) = run(&["forecast", "--csv", garbage.to_str().unwrap(), "--horizon", "1"]);
     assert_eq!(code, 1);
     assert!(err.contains("bad.csv:3: cannot read time \"not a time\""), "{err}");
+    let (code, _, err) = run(&[
+        "backtest",
+        "--csv",
+        &csv,
+        "--time-col",
+        "time",
+        "--value-col",
+        "requests",
+        "--horizon",
+        "1h",
+        "--step",
+        "0",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--step and --origins must be at least 1"), "{err}");
+    // Three days: no weekly season to repeat, said in words.
+    let short = dir.path().join("short.csv");
+    let text: String =
+        std::fs::read_to_string(&csv).unwrap().lines().take(1 + 3 * 48).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&short, text).unwrap();
+    let (code, _, err) = run(&[
+        "forecast",
+        "--csv",
+        short.to_str().unwrap(),
+        "--time-col",
+        "time",
+        "--value-col",
+        "requests",
+        "--horizon",
+        "1h",
+        "--model",
+        "snaive-week",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("snaive-week needs a season with two full cycles in the history"), "{err}");
     let (code, _, err) = run(&["backtest", "--csv", "/nonexistent.csv", "--horizon", "1"]);
     assert_eq!(code, 1);
     assert!(err.contains("opening /nonexistent.csv"), "{err}");

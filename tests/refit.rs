@@ -90,6 +90,8 @@ fn stored_history_is_forecast_over_the_cold_start_look_ahead() {
     assert_eq!(json["selected_at"], json["fitted_at"]);
 
     // Ten minutes later (the default refit interval) the model is refitted, not chosen again.
+    let more: Vec<f64> = (0..10).map(|i| demand(now_secs + 60.0 * i as f64)).collect();
+    store.backfill(&series, now, &more).unwrap();
     let later = now + Duration::from_secs(600);
     let first_fit = f.fitted_at.clone();
     let s =
@@ -98,6 +100,13 @@ fn stored_history_is_forecast_over_the_cold_start_look_ahead() {
     assert_eq!(g.selected_at, f.selected_at, "a refit within the reselect interval reuses the selection");
     assert_eq!((g.model.as_str(), g.candidates.len()), (f.model.as_str(), f.candidates.len()));
     assert_eq!(g.start, "2027-01-15T08:10:00.000Z");
+
+    // An hour after the signal went silent, stale history is not forecast.
+    let silent = later + Duration::from_secs(3600);
+    let s = tick_until(&mut engine, &registry, silent, |s| s.forecast_error.is_some());
+    assert!(s.forecast.is_none());
+    let why = s.forecast_error.unwrap();
+    assert!(why.starts_with("no `concurrency` recorded in the last 3600 s"), "{why}");
 }
 
 #[test]

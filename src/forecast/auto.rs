@@ -145,8 +145,12 @@ impl Forecaster {
         let series = self.window(&trim_leading_gaps(series)?);
         let seasons = self.seasons(series.step);
         let regime = Self::regime(&seasons, series.len());
+        let mut reused = false;
         let selection = match choice {
-            Choice::Reuse(sel) if sel.regime == Some(regime) && !sel.members.is_empty() => sel.clone(),
+            Choice::Reuse(sel) if sel.regime == Some(regime) && !sel.members.is_empty() => {
+                reused = true;
+                sel.clone()
+            }
             Choice::Auto | Choice::Reuse(_) => self.select(&series, &seasons, regime, h, Self::candidates(regime)),
             Choice::Named(name) => self.select(&series, &seasons, regime, h, vec![model(name)?]),
         };
@@ -182,6 +186,7 @@ impl Forecaster {
             level_shift,
             candidates: selection.candidates.clone(),
             selection: selection.clone(),
+            reused_selection: reused,
         };
         Ok(backtest::with_intervals(forecast, pool, &self.cfg.quantiles, non_negative))
     }
@@ -371,7 +376,8 @@ fn trim_leading_gaps(series: &Series) -> Result<Series, ForecastError> {
 /// made. Wide, but honest for a history that cannot be backtested.
 fn change_spread(values: &[f64], h: usize) -> Vec<Vec<f64>> {
     let v = super::prep::fill_gaps(values).unwrap_or_default();
-    let rows = v.len().saturating_sub(h).max(1).min(v.len());
+    let rows = v.len().saturating_sub(1);
     let stride = (rows / 200).max(1);
-    (0..rows).step_by(stride).map(|t| (1..=h).map(|k| v.get(t + k).map_or(f64::NAN, |x| x - v[t])).collect()).collect()
+    // Steps further ahead than the history is long reuse the longest change seen.
+    (0..rows).step_by(stride).map(|t| (1..=h).map(|k| v[(t + k).min(v.len() - 1)] - v[t]).collect()).collect()
 }

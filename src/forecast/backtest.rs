@@ -131,6 +131,14 @@ pub fn fit_predict(train: &Series, seasons: &Seasons, model: &dyn Model, h: usiz
     let values = prep::clean(&train.values, train.step)?;
     let usable = seasons.usable(values.len());
     let need = model.min_len(&usable);
+    if need == usize::MAX {
+        return Err(ForecastError::BadInput(format!(
+            "{} needs a season with two full cycles in the history ({} points, seasons {:?})",
+            model.name(),
+            values.len(),
+            seasons.periods()
+        )));
+    }
     if values.len() < need {
         return Err(ForecastError::TooShort { model: model.name().into(), have: values.len(), need });
     }
@@ -288,6 +296,11 @@ pub fn offsets(pool: &[Vec<f64>], horizon: usize, q: f64) -> Vec<f64> {
                 .copied()
                 .filter(|x| x.is_finite())
                 .collect();
+            if v.is_empty() {
+                // No error was ever observed near this step (gaps, or a longer
+                // horizon than the backtest's): every step's errors, not a zero-width interval.
+                v = pool.iter().flatten().copied().filter(|x| x.is_finite()).collect();
+            }
             conformal_quantile(&mut v, q)
         })
         .collect()

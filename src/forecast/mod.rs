@@ -194,6 +194,9 @@ pub struct Forecast {
     /// The selection behind this forecast, to refit cheaply with [`auto::Choice::Reuse`].
     #[serde(skip)]
     pub selection: auto::Selection,
+    /// The selection was reused ([`auto::Choice::Reuse`]), not made for this forecast.
+    #[serde(skip)]
+    pub reused_selection: bool,
 }
 
 impl Forecast {

@@ -52,7 +52,13 @@ pub fn clip_spikes(values: &mut [f64], half: usize) -> usize {
         return 0;
     }
     let mut diffs: Vec<f64> = values.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
-    let typical_step = median(&mut diffs);
+    let mean_step = diffs.iter().sum::<f64>() / diffs.len() as f64;
+    // A mostly flat series (an idle workload) has a median step of 0: then the
+    // mean step is the scale, so a lone burst among zeros still counts as a spike.
+    let typical_step = match median(&mut diffs) {
+        m if m > 0.0 => m,
+        _ => mean_step,
+    };
     // Below this distance from the median no point is a spike, whatever the
     // window's MAD: so the MAD is only computed for the rare point past it.
     let floor = SPIKE_SIGMAS * 1.4826 * typical_step;
@@ -172,6 +178,7 @@ mod tests {
         // The rule, written plainly.
         let mut diffs: Vec<f64> = original.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
         let typical = median(&mut diffs);
+        assert!(typical > 0.0);
         let mut want = original.clone();
         for i in 0..original.len() {
             let mut w = original[i.saturating_sub(half)..(i + half + 1).min(original.len())].to_vec();
@@ -184,6 +191,19 @@ mod tests {
         }
         assert!(fast > 10, "only {fast} spikes clipped");
         assert_eq!(values, want);
+    }
+
+    #[test]
+    fn a_lone_burst_in_an_idle_series_is_a_spike() {
+        // Mostly zeros (median step 0): the mean step sets the scale.
+        let mut v = vec![0.0; 600];
+        v[300] = 500.0;
+        for i in (0..600).step_by(40) {
+            v[i] += 1.0;
+        }
+        assert_eq!(clip_spikes(&mut v, 6), 1);
+        assert_eq!(v[300], 0.0);
+        assert_eq!(v.iter().filter(|x| **x == 1.0).count(), 15, "small everyday movements stay");
     }
 
     #[test]
