@@ -18,7 +18,7 @@ import numpy as np
 
 warnings.filterwarnings("ignore")
 
-from statsforecast.models import MSTL, AutoETS, SeasonalNaive  # noqa: E402
+from statsforecast.models import MSTL, SeasonalNaive  # noqa: E402
 
 
 def median_ms(runs, fn, warm=True):
@@ -40,12 +40,14 @@ def main():
     ok = np.isfinite(y)
     y = np.interp(np.arange(len(y)), np.arange(len(y))[ok], y[ok])
     h, (day, week) = ours["horizon"], ours["seasons"][:2]
-    # MSTL and AutoETS take minutes here: one timed run each (the imports are already done).
-    theirs = {
-        "SeasonalNaive": median_ms(ours["runs"], lambda: SeasonalNaive(season_length=day).forecast(y=y, h=h)),
-        "MSTL": median_ms(1, lambda: MSTL(season_length=[day, week]).forecast(y=y, h=h), warm=False),
-        "AutoETS": median_ms(1, lambda: AutoETS(season_length=day).forecast(y=y, h=h), warm=False),
-    }
+    # MSTL takes minutes here: one timed run (the imports are already done).
+    # AutoETS with a 1440-step season is left out: it had not finished after
+    # fifteen minutes on this series.
+    theirs = {}
+    theirs["SeasonalNaive"] = median_ms(ours["runs"], lambda: SeasonalNaive(season_length=day).forecast(y=y, h=h))
+    print(f"statsforecast SeasonalNaive: {theirs['SeasonalNaive']:.2f} ms", flush=True)
+    theirs["MSTL"] = median_ms(1, lambda: MSTL(season_length=[day, week]).forecast(y=y, h=h), warm=False)
+    print(f"statsforecast MSTL: {theirs['MSTL']:.0f} ms", flush=True)
     fs = ours["median_ms"]
     print(f"{len(y)} points, horizon {h}, seasons {day} and {week}")
     print(f"{'':34} {'median ms':>10}")
@@ -53,8 +55,7 @@ def main():
         print(f"  foresight {name:<23} {ms:>10.2f}")
     for name, ms in theirs.items():
         print(f"  statsforecast {name:<19} {ms:>10.2f}")
-    pairs = [("mstl", "MSTL"), ("auto-refit", "MSTL"), ("auto", "MSTL"), ("holt-winters-damped", "AutoETS"),
-             ("snaive-week", "SeasonalNaive")]
+    pairs = [("mstl", "MSTL"), ("auto-refit", "MSTL"), ("auto", "MSTL"), ("snaive-week", "SeasonalNaive")]
     print()
     for a, b in pairs:
         print(f"  statsforecast {b} / foresight {a}: {theirs[b] / fs[a]:.1f}x")
