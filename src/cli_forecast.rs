@@ -252,14 +252,13 @@ pub fn run_backtest(args: &BacktestArgs, out: &mut dyn Write) -> anyhow::Result<
         bar.set_message(m.name());
         let run = backtest::run_model(series, &seasons, &splits, m.as_ref(), &mut timer);
         bar.inc(splits.list.len() as u64);
-        let intervals = earlier_intervals(series, &splits, &run.forecasts, band);
-        match backtest::score(series, &seasons, &splits, &run.forecasts, band) {
+        let intervals = backtest::earlier_intervals(series, &splits, &run.forecasts, band);
+        match backtest::score_with(series, &seasons, &splits, &run.forecasts, band, &intervals) {
             Some(s) => rows.push(row(m.name(), &s, &run.fit_secs)),
-            None => skipped.push(format!(
-                "{} (fitted at no origin: {})",
-                m.name(),
-                why_unfitted(series, &seasons, &splits, m.as_ref())
-            )),
+            None => {
+                let why = run.first_error.as_ref().map_or_else(|| "no error".into(), ToString::to_string);
+                skipped.push(format!("{} (fitted at no origin: {why})", m.name()));
+            }
         }
         runs.push((run.model, run.forecasts, intervals));
     }
@@ -290,7 +289,7 @@ pub fn run_backtest(args: &BacktestArgs, out: &mut dyn Write) -> anyhow::Result<
         bar.inc(1);
     }
     bar.finish_and_clear();
-    if let Some(s) = backtest::score_with(series, &seasons, &splits, &auto_f, band, Some(&auto_i)) {
+    if let Some(s) = backtest::score_with(series, &seasons, &splits, &auto_f, band, &auto_i) {
         rows.push(row("auto", &s, &auto_secs));
     }
     runs.push(("auto".into(), auto_f, auto_i));
@@ -323,15 +322,6 @@ pub fn run_backtest(args: &BacktestArgs, out: &mut dyn Write) -> anyhow::Result<
     Ok(())
 }
 
-/// Why a model fitted at no split: the first split's error.
-fn why_unfitted(series: &Series, seasons: &Seasons, splits: &Splits, model: &dyn crate::forecast::Model) -> String {
-    splits
-        .list
-        .first()
-        .and_then(|s| backtest::fit_predict(&s.train(series), seasons, model, splits.horizon).err())
-        .map_or_else(|| "no error".into(), |e| e.to_string())
-}
-
 /// A grid that is mostly gaps usually means a wrong `--freq` or a stray timestamp.
 fn warn_if_sparse(load: &Loaded) {
     if load.gaps * 2 > load.series.len() {
@@ -359,27 +349,6 @@ fn parse_seasons(args: &[String], step: i64) -> anyhow::Result<Seasons> {
         .map(|a| steps(a, step, "--season"))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(Seasons::new(periods)?)
-}
-
-/// The interval a model would have been given at each split: from the
-/// errors of earlier splits that had finished by then (as [`backtest::score`] does).
-fn earlier_intervals(
-    series: &Series,
-    splits: &Splits,
-    forecasts: &[Option<Vec<f64>>],
-    band: (f64, f64),
-) -> Vec<Option<Interval>> {
-    forecasts
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let f = f.as_ref()?;
-            let pool = backtest::earlier_pool(series, splits, forecasts, i)?;
-            let lo = backtest::offsets(&pool, splits.horizon, band.0);
-            let hi = backtest::offsets(&pool, splits.horizon, band.1);
-            Some((f.iter().zip(&lo).map(|(p, o)| p + o).collect(), f.iter().zip(&hi).map(|(p, o)| p + o).collect()))
-        })
-        .collect()
 }
 
 fn row(model: &str, s: &Scores, secs: &[f64]) -> Row {

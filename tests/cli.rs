@@ -3,16 +3,7 @@
 
 mod common;
 
-use std::process::Command;
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(common::bin()).args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::run;
 
 fn check(yaml: &str) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();

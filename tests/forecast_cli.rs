@@ -3,15 +3,15 @@
 
 mod common;
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(common::bin()).args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+use common::run;
+
+/// `foresight CMD --csv CSV` on the `time,requests` columns of [`write_csv`], then `rest`.
+fn run_on(cmd: &str, csv: &str, rest: &[&str]) -> (i32, String, String) {
+    let mut args = vec![cmd, "--csv", csv, "--time-col", "time", "--value-col", "requests"];
+    args.extend_from_slice(rest);
+    run(&args)
 }
 
 /// Three weeks of half-hourly demand with daily and weekly cycles, a gap
@@ -41,23 +41,11 @@ fn backtest_scores_every_model_and_writes_its_splits() {
     let dir = tempfile::tempdir().unwrap();
     let csv = write_csv(dir.path());
     let out_dir = dir.path().join("out");
-    let (code, out, err) = run(&[
+    let (code, out, err) = run_on(
         "backtest",
-        "--csv",
         &csv,
-        "--time-col",
-        "time",
-        "--value-col",
-        "requests",
-        "--horizon",
-        "2h",
-        "--origins",
-        "6",
-        "--step",
-        "7h",
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
+        &["--horizon", "2h", "--origins", "6", "--step", "7h", "--out", out_dir.to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("1008 points every 1800s (5 gaps), horizon 4 steps, seasons [48, 336], 6 origins 14 steps apart"),
@@ -67,21 +55,7 @@ fn backtest_scores_every_model_and_writes_its_splits() {
         assert!(out.lines().any(|l| l.starts_with(&format!("{model} "))), "no row for {model}:\n{out}");
     }
     assert!(out.contains("auto picked: "), "{out}");
-    let (code, only, err) = run(&[
-        "backtest",
-        "--csv",
-        &csv,
-        "--time-col",
-        "time",
-        "--value-col",
-        "requests",
-        "--horizon",
-        "2h",
-        "--origins",
-        "3",
-        "--model",
-        "auto",
-    ]);
+    let (code, only, err) = run_on("backtest", &csv, &["--horizon", "2h", "--origins", "3", "--model", "auto"]);
     assert_eq!(code, 0, "{err}");
     assert!(only.lines().any(|l| l.starts_with("auto ")) && !only.contains("mstl "), "only auto is scored:\n{only}");
 
@@ -113,8 +87,7 @@ fn backtest_scores_every_model_and_writes_its_splits() {
 fn forecast_prints_the_next_points_with_quantiles() {
     let dir = tempfile::tempdir().unwrap();
     let csv = write_csv(dir.path());
-    let (code, out, err) =
-        run(&["forecast", "--csv", &csv, "--time-col", "time", "--value-col", "requests", "--horizon", "3h", "--json"]);
+    let (code, out, err) = run_on("forecast", &csv, &["--horizon", "3h", "--json"]);
     assert_eq!(code, 0, "{err}");
     let f: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(f["regime"], "seasonal");
@@ -124,19 +97,7 @@ fn forecast_prints_the_next_points_with_quantiles() {
     let p90 = f["quantiles"].as_array().unwrap().iter().find(|q| q["quantile"] == 0.9).unwrap();
     assert_eq!(p90["values"].as_array().unwrap().len(), 6);
 
-    let (code, out, _) = run(&[
-        "forecast",
-        "--csv",
-        &csv,
-        "--time-col",
-        "time",
-        "--value-col",
-        "requests",
-        "--horizon",
-        "1h",
-        "--model",
-        "snaive-week",
-    ]);
+    let (code, out, _) = run_on("forecast", &csv, &["--horizon", "1h", "--model", "snaive-week"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("model snaive-week (seasonal regime), backtest MASE "), "{out}");
     assert_eq!(out.lines().count(), 2 + 2, "header, column names, two points:\n{out}");
@@ -173,19 +134,7 @@ fn bad_input_gets_a_clear_error() {
     let (code, _, err) = run(&["forecast", "--csv", garbage.to_str().unwrap(), "--horizon", "1"]);
     assert_eq!(code, 1);
     assert!(err.contains("bad.csv:3: cannot read time \"not a time\""), "{err}");
-    let (code, _, err) = run(&[
-        "backtest",
-        "--csv",
-        &csv,
-        "--time-col",
-        "time",
-        "--value-col",
-        "requests",
-        "--horizon",
-        "1h",
-        "--step",
-        "0",
-    ]);
+    let (code, _, err) = run_on("backtest", &csv, &["--horizon", "1h", "--step", "0"]);
     assert_eq!(code, 1);
     assert!(err.contains("--step and --origins must be at least 1"), "{err}");
     // Three days: no weekly season to repeat, said in words.
@@ -193,19 +142,7 @@ fn bad_input_gets_a_clear_error() {
     let text: String =
         std::fs::read_to_string(&csv).unwrap().lines().take(1 + 3 * 48).map(|l| format!("{l}\n")).collect();
     std::fs::write(&short, text).unwrap();
-    let (code, _, err) = run(&[
-        "forecast",
-        "--csv",
-        short.to_str().unwrap(),
-        "--time-col",
-        "time",
-        "--value-col",
-        "requests",
-        "--horizon",
-        "1h",
-        "--model",
-        "snaive-week",
-    ]);
+    let (code, _, err) = run_on("forecast", short.to_str().unwrap(), &["--horizon", "1h", "--model", "snaive-week"]);
     assert_eq!(code, 1);
     assert!(err.contains("snaive-week needs a season with two full cycles in the history"), "{err}");
     let (code, _, err) = run(&["backtest", "--csv", "/nonexistent.csv", "--horizon", "1"]);

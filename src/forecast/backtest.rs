@@ -101,6 +101,9 @@ pub struct ModelRun {
     pub forecasts: Vec<Option<Vec<f64>>>,
     /// Seconds spent fitting and forecasting, per split that fitted.
     pub fit_secs: Vec<f64>,
+    /// Why it could not fit, at the first split where it could not.
+    #[serde(skip)]
+    pub first_error: Option<ForecastError>,
 }
 
 /// Fits `model` at each split (on cleaned training data, with the seasons its
@@ -115,15 +118,21 @@ pub fn run_model(
 ) -> ModelRun {
     let mut forecasts = Vec::with_capacity(splits.list.len());
     let mut fit_secs = Vec::new();
+    let mut first_error = None;
     for split in &splits.list {
         let t0 = timer();
-        let f = fit_predict(&split.train(series), seasons, model, splits.horizon).ok();
-        if f.is_some() {
-            fit_secs.push(timer() - t0);
+        match fit_predict(&split.train(series), seasons, model, splits.horizon) {
+            Ok(f) => {
+                fit_secs.push(timer() - t0);
+                forecasts.push(Some(f));
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+                forecasts.push(None);
+            }
         }
-        forecasts.push(f);
     }
-    ModelRun { model: model.name().to_string(), forecasts, fit_secs }
+    ModelRun { model: model.name().to_string(), forecasts, fit_secs, first_error }
 }
 
 /// Clean, fit and forecast `h` steps after `train`.
@@ -169,10 +178,9 @@ pub struct Scores {
     pub interval_splits: usize,
 }
 
-/// Scores `forecasts` (one per split). Intervals at a split come only from
-/// errors of earlier splits whose test windows had ended by its origin, so
-/// coverage and pinball are out of sample too. `band` is the (lower, upper)
-/// quantile pair.
+/// Scores `forecasts` (one per split), with the intervals of
+/// [`earlier_intervals`], so coverage and pinball are out of sample too.
+/// `band` is the (lower, upper) quantile pair.
 pub fn score(
     series: &Series,
     seasons: &Seasons,
@@ -180,21 +188,42 @@ pub fn score(
     forecasts: &[Option<Vec<f64>>],
     band: (f64, f64),
 ) -> Option<Scores> {
-    score_with(series, seasons, splits, forecasts, band, None)
+    score_with(series, seasons, splits, forecasts, band, &earlier_intervals(series, splits, forecasts, band))
 }
 
 /// Lower and upper bounds of a forecast's interval, one per step.
 pub type Interval = (Vec<f64>, Vec<f64>);
 
-/// As [`score`], with intervals the forecaster set itself (e.g. `auto`'s,
-/// from its own inner backtest) instead of ones from earlier splits.
+/// The `band` interval each split's forecast would have been given: from the
+/// errors of earlier splits whose test windows had ended by its origin.
+/// `None` where the forecast is missing or too few earlier splits had ended.
+pub fn earlier_intervals(
+    series: &Series,
+    splits: &Splits,
+    forecasts: &[Option<Vec<f64>>],
+    band: (f64, f64),
+) -> Vec<Option<Interval>> {
+    forecasts
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let f = f.as_ref()?;
+            let pool = earlier_pool(series, splits, forecasts, i)?;
+            let bound = |q| f.iter().zip(offsets(&pool, splits.horizon, q)).map(|(p, o)| p + o).collect();
+            Some((bound(band.0), bound(band.1)))
+        })
+        .collect()
+}
+
+/// As [`score`], with the intervals given (e.g. `auto`'s, from its own inner
+/// backtest); a split whose interval is `None` counts for MASE and sMAPE only.
 pub fn score_with(
     series: &Series,
     seasons: &Seasons,
     splits: &Splits,
     forecasts: &[Option<Vec<f64>>],
     band: (f64, f64),
-    given: Option<&[Option<Interval>]>,
+    intervals: &[Option<Interval>],
 ) -> Option<Scores> {
     let (mut mase, mut n_mase) = (0.0, 0);
     let (mut smape, mut n_smape) = (0.0, 0);
@@ -217,24 +246,13 @@ pub fn score_with(
                 n_smape += 1;
             }
         }
-        let (lower, upper) = match given {
-            Some(given) => match &given[i] {
-                Some((lo, hi)) => {
-                    (lo.iter().zip(f).map(|(l, p)| l - p).collect(), hi.iter().zip(f).map(|(h, p)| h - p).collect())
-                }
-                None => continue,
-            },
-            None => {
-                let Some(pool) = earlier_pool(series, splits, forecasts, i) else { continue };
-                (offsets(&pool, splits.horizon, band.0), offsets(&pool, splits.horizon, band.1))
-            }
-        };
+        let Some((lower, upper)) = &intervals[i] else { continue };
         interval_splits += 1;
-        for (k, (a, p)) in actual.iter().zip(f).enumerate() {
+        for (k, a) in actual.iter().enumerate() {
             if !a.is_finite() {
                 continue;
             }
-            let (lo, hi) = (p + lower[k], p + upper[k]);
+            let (lo, hi) = (lower[k], upper[k]);
             let d = a - hi;
             pinball += if d >= 0.0 { band.1 * d } else { (band.1 - 1.0) * d } / scale;
             covered += usize::from(*a >= lo && *a <= hi);
