@@ -17,17 +17,24 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::{
-    config::{ForecastSettings, Settings, Workload},
-    refit::Refitter,
-    sizing::reactive,
-    sources::collector::series,
-    state::{Registry, SignalReading, WorkloadState},
+    capacity::{self, Demand, Plan, PlanInput, Pool, Reservation},
+    config::{ForecastSettings, Settings, SizingSettings, Workload},
+    refit::{ForecastView, Refitter},
+    sizing::{
+        predictive::{self, Stabiliser, Upper},
+        reactive::{self, Decision},
+        Policy,
+    },
+    sources::{collector::series, Signal},
+    state::{PoolState, Registry, SignalReading, WorkloadState},
     store::Store,
 };
 
 struct Slot {
     workload: Arc<Workload>,
     state: WorkloadState,
+    /// Scale-down stabilisation of predictive decisions.
+    stabiliser: Stabiliser,
     /// The id of this workload's refit that is queued or running.
     refit_pending: Option<u64>,
     /// When the next refit is due.
@@ -41,6 +48,9 @@ pub struct Engine {
     store: Arc<Store>,
     log_every_decision: bool,
     forecast: Arc<ForecastSettings>,
+    sizing: SizingSettings,
+    pools: Vec<Pool>,
+    reservations: Vec<Reservation>,
     refitter: Refitter,
     next_job: u64,
 }
@@ -53,8 +63,18 @@ impl Engine {
     pub fn new(settings: &Settings, registry: Arc<Registry>, store: Arc<Store>) -> Self {
         let refitter = Refitter::start(store.clone());
         let forecast = Arc::new(settings.forecast.clone());
-        let mut engine =
-            Engine { slots: Vec::new(), registry, store, log_every_decision: false, forecast, refitter, next_job: 0 };
+        let mut engine = Engine {
+            slots: Vec::new(),
+            registry,
+            store,
+            log_every_decision: false,
+            forecast,
+            sizing: settings.sizing.clone(),
+            pools: settings.pools.clone(),
+            reservations: settings.reservations.clone(),
+            refitter,
+            next_job: 0,
+        };
         engine.reconfigure(settings);
         engine
     }
@@ -63,6 +83,9 @@ impl Engine {
     /// unchanged, start the rest afresh, drop removed workloads.
     pub fn reconfigure(&mut self, settings: &Settings) {
         self.log_every_decision = settings.log_every_decision;
+        self.sizing = settings.sizing.clone();
+        self.pools = settings.pools.clone();
+        self.reservations = settings.reservations.clone();
         let forecast_changed = *self.forecast != settings.forecast;
         self.forecast = Arc::new(settings.forecast.clone());
         let mut old: HashMap<String, Slot> = self.slots.drain(..).map(|s| (s.workload.key(), s)).collect();
@@ -76,7 +99,13 @@ impl Engine {
                     }
                     s
                 }
-                _ => Slot { workload: w.clone(), state: WorkloadState::new(w), refit_pending: None, refit_due: None },
+                _ => Slot {
+                    workload: w.clone(),
+                    state: WorkloadState::new(w),
+                    stabiliser: Stabiliser::default(),
+                    refit_pending: None,
+                    refit_due: None,
+                },
             };
             self.slots.push(slot);
         }
@@ -106,14 +135,7 @@ impl Engine {
                     r.age_secs,
                     w.stale_after.as_secs_f64()
                 )),
-                Some(r) => reactive::decide(reactive::Input {
-                    signal: r.value,
-                    per_replica: w.target.per_replica,
-                    min_replicas: w.min_replicas,
-                    max_replicas: w.max_replicas,
-                    activation_threshold: w.activation_threshold,
-                })
-                .ok_or_else(|| format!("unusable `{}` reading {}", w.target.signal, r.value)),
+                Some(r) => decide(w, &slot.state, r.value, &self.sizing, &mut slot.stabiliser, now),
             };
             let previous = slot.state.decision.as_ref().map(|d| (d.desired_replicas, d.active));
             match decided {
@@ -143,7 +165,51 @@ impl Engine {
                 }
             }
         }
-        self.publish();
+        let plan = self.plan(now);
+        self.publish(plan);
+    }
+
+    /// The node plan for every workload's replica timeline (none without pools).
+    fn plan(&mut self, now: SystemTime) -> Option<Arc<Plan>> {
+        if self.pools.is_empty() {
+            return None;
+        }
+        let now_unix = unix(now) as i64;
+        let step = self.sizing.plan_step_secs;
+        let demands: Vec<Demand> = self
+            .slots
+            .iter()
+            .map(|s| {
+                let p = &s.workload.profile;
+                let d = s.state.decision.as_ref();
+                Demand {
+                    workload: s.workload.key(),
+                    shape: p.shape(),
+                    replicas: d.map_or_else(|| vec![0], |d| timeline(d, step)),
+                    pod_start_secs: p.pod_start_secs(),
+                    // What KEDA was last told; the cluster's own count comes with the Kubernetes inputs.
+                    running: d.map_or(0, |d| d.desired_replicas),
+                }
+            })
+            .collect();
+        let longest = self.pools.iter().map(|p| p.provisioning_secs).fold(0.0, f64::max)
+            + demands.iter().map(|d| d.pod_start_secs).fold(0.0, f64::max);
+        let steps = (longest / step as f64).ceil() as usize + 1;
+        let plan = capacity::plan(PlanInput {
+            now: now_unix,
+            step_secs: step,
+            steps,
+            pools: &self.pools,
+            reservations: &self.reservations,
+            demands: &demands,
+        });
+        for (slot, wp) in self.slots.iter_mut().zip(&plan.workloads) {
+            if wp.unplaced > 0 && slot.state.placement.as_ref().is_none_or(|old| old.unplaced == 0) {
+                warn!(workload = %wp.workload, unplaced = wp.unplaced, excluded = ?wp.excluded, "replicas no pool can host");
+            }
+            slot.state.placement = Some(wp.clone());
+        }
+        Some(Arc::new(plan))
     }
 
     fn refits(&mut self, now: SystemTime) {
@@ -191,9 +257,17 @@ impl Engine {
         }
     }
 
-    fn publish(&self) {
+    fn publish(&self, plan: Option<Arc<Plan>>) {
         let ready = self.slots.iter().all(|s| s.state.decided_at.is_some());
-        self.registry.publish(self.slots.iter().map(|s| s.state.clone()).collect(), ready);
+        let pools = self
+            .pools
+            .iter()
+            .map(|p| {
+                let pp = plan.as_ref().and_then(|plan| plan.pools.iter().find(|pp| pp.name == p.name).cloned());
+                PoolState::new(p, &self.reservations, pp)
+            })
+            .collect();
+        self.registry.publish_all(self.slots.iter().map(|s| s.state.clone()).collect(), pools, plan, ready);
     }
 
     /// Tick every `settings.tick_interval` until `shutdown`; apply configs
@@ -216,4 +290,107 @@ impl Engine {
             }
         }
     }
+}
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// One workload's decision from its fresh target reading `live`: predictive
+/// when configured and a forecast covers now, else reactive, saying why.
+fn decide(
+    w: &Workload,
+    state: &WorkloadState,
+    live: f64,
+    sizing: &SizingSettings,
+    stab: &mut Stabiliser,
+    now: SystemTime,
+) -> Result<Decision, String> {
+    let reactive = || {
+        reactive::decide(reactive::Input {
+            signal: live,
+            per_replica: w.target.per_replica,
+            min_replicas: w.min_replicas,
+            max_replicas: w.max_replicas,
+            activation_threshold: w.activation_threshold,
+        })
+        .ok_or_else(|| format!("unusable `{}` reading {live}", w.target.signal))
+    };
+    if sizing.policy == Policy::Reactive {
+        return reactive();
+    }
+    let window = sizing.scale_down_stabilization.as_secs_f64();
+    let now_secs = unix(now);
+    let why_not = match state.forecast.as_deref() {
+        None => state.forecast_error.clone().unwrap_or_else(|| "no forecast yet".into()),
+        Some(f) => match forecast_from_now(f, sizing.quantile, now_secs) {
+            Err(why) => why,
+            Ok(values) => {
+                let reading = |s: Signal| state.signals.get(&s).map(|r| r.value);
+                let input = predictive::Input {
+                    signal: w.target.signal,
+                    live,
+                    queue: reading(Signal::QueueDepth),
+                    generation_tokens_per_sec: reading(Signal::GenerationTokensRate),
+                    per_replica: w.target.per_replica,
+                    slots_per_replica: w.profile.concurrency_per_replica,
+                    wait_budget_secs: w.profile.wait_budget_secs(),
+                    tokens_per_sec_per_replica: w.profile.generation_tokens_per_sec,
+                    forecast: Upper { quantile: sizing.quantile, values, step_secs: f.step_secs as f64 },
+                    lookahead_secs: w.profile.cold_start_secs.total_secs(),
+                    min_replicas: w.min_replicas,
+                    max_replicas: w.max_replicas,
+                    activation_threshold: w.activation_threshold,
+                };
+                match predictive::decide(&input, stab, now_secs, window, &w.profile.name) {
+                    Some(o) => return Ok(o.into()),
+                    None => "the forecast or a reading is unusable (NaN or negative)".into(),
+                }
+            }
+        },
+    };
+    // Without a forecast: the reactive answer, still held by the stabiliser so
+    // a forecast outage does not drop capacity in one step.
+    let mut d = reactive()?;
+    let held = stab.apply(now_secs, window, d.desired_replicas);
+    if held > d.desired_replicas {
+        d.reason.push_str(&format!("; holding {held} (scale-down stabilisation {window:.0} s)"));
+        d.desired_replicas = held;
+    }
+    d.reason = format!("{} (no forecast: {why_not})", d.reason);
+    Ok(d)
+}
+
+/// The forecast's `quantile` values from the step that contains `now` on.
+fn forecast_from_now(f: &ForecastView, quantile: f64, now_secs: f64) -> Result<&[f64], String> {
+    let q = f
+        .quantiles
+        .iter()
+        .find(|q| (q.quantile - quantile).abs() < 1e-9)
+        .ok_or_else(|| format!("the forecast has no p{:.0}", quantile * 100.0))?;
+    let step = f.step_secs.max(1) as f64;
+    let k0 = ((now_secs - f.start_unix as f64) / step).floor().max(0.0) as usize;
+    if k0 >= q.values.len() {
+        return Err(format!("the forecast fitted at {} has run out", f.fitted_at));
+    }
+    Ok(&q.values[k0..])
+}
+
+/// A decision's replicas at each `step` seconds from now: the highest of
+/// the sizing timeline within each step, and never below the decided count
+/// at the first.
+fn timeline(d: &Decision, step: i64) -> Vec<u32> {
+    let Some(s) = d.sizing.as_ref().filter(|s| !s.timeline.is_empty()) else { return vec![d.desired_replicas] };
+    let per = (step as f64 / s.step_secs.max(1e-9)).max(1.0);
+    let len = s.timeline.len();
+    let n = ((len as f64 / per).ceil() as usize).max(1);
+    let mut out: Vec<u32> = (0..n)
+        .map(|j| {
+            let lo = ((j as f64 * per) as usize).min(len - 1);
+            let hi = (((j + 1) as f64 * per) as usize).clamp(lo + 1, len);
+            s.timeline[lo..hi].iter().copied().max().unwrap_or(0)
+        })
+        .collect();
+    out[0] = out[0].max(d.desired_replicas);
+    out
 }

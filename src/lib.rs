@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod app;
+pub mod capacity;
 pub mod cli_forecast;
 pub mod cli_tools;
 pub mod config;

@@ -47,6 +47,9 @@ pub struct ForecastView {
     pub fitted_at: String,
     /// Time of the first forecast point (one step after the last complete bucket).
     pub start: String,
+    /// `start` in Unix seconds.
+    #[serde(skip)]
+    pub start_unix: i64,
     pub step_secs: i64,
     /// The look-ahead: the profile's cold start, in steps.
     pub horizon_steps: usize,
@@ -213,6 +216,7 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
         level_shift: f.level_shift,
         fitted_at: rfc3339(job.now),
         start: time(f.start),
+        start_unix: f.start,
         step_secs: f.step,
         horizon_steps: horizon,
         history_points: s.values.iter().filter(|v| v.is_finite()).count(),

@@ -16,7 +16,13 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::{config::Workload, refit::ForecastView, sizing::reactive::Decision, sources::Signal};
+use crate::{
+    capacity::{Plan, Pool, PoolPlan, Reservation, WorkloadPlan},
+    config::Workload,
+    refit::ForecastView,
+    sizing::reactive::Decision,
+    sources::Signal,
+};
 
 /// What Foresight currently says about one workload.
 #[derive(Debug, Clone, Serialize)]
@@ -43,6 +49,36 @@ pub struct WorkloadState {
     pub forecast: Option<Arc<ForecastView>>,
     /// Why the latest refit gave no forecast (e.g. no history yet, or the signal went silent); `forecast` is then `None`.
     pub forecast_error: Option<String>,
+    /// Where the node plan puts this workload's replicas (with `pools` configured).
+    pub placement: Option<WorkloadPlan>,
+}
+
+/// One node pool's answer: the placeholder count behind its KEDA metric.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoolState {
+    pub name: String,
+    /// Metric name served for the pool (`foresight-pool-<name>-buffer`).
+    pub metric: String,
+    pub config: Pool,
+    pub reservations: Vec<Reservation>,
+    /// The pool's side of the latest plan; `None` until a plan exists.
+    pub plan: Option<PoolPlan>,
+    /// What a CapacityBuffer's `spec.replicas` (or the balloon Deployment) should be:
+    /// the plan's `buffer_nodes`.
+    pub capacity_buffer_replicas: Option<u32>,
+}
+
+impl PoolState {
+    pub fn new(pool: &Pool, reservations: &[Reservation], plan: Option<PoolPlan>) -> Self {
+        PoolState {
+            name: pool.name.clone(),
+            metric: metric_name(&format!("pool-{}", pool.name), "buffer"),
+            config: pool.clone(),
+            reservations: reservations.iter().filter(|r| r.pool == pool.name).cloned().collect(),
+            capacity_buffer_replicas: plan.as_ref().map(|p| p.buffer_nodes),
+            plan,
+        }
+    }
 }
 
 /// A signal's latest value and how old it was when the tick read it.
@@ -80,6 +116,7 @@ impl WorkloadState {
             error: None,
             forecast: None,
             forecast_error: None,
+            placement: None,
         }
     }
 }
@@ -110,6 +147,9 @@ pub struct Snapshot {
     by_key: HashMap<String, Arc<WorkloadState>>,
     /// Workload name -> namespaces it is configured in, for error messages.
     namespaces_of: HashMap<String, Vec<String>>,
+    pools: HashMap<String, Arc<PoolState>>,
+    /// The latest node plan (with `pools` configured).
+    pub plan: Option<Arc<Plan>>,
 }
 
 impl Snapshot {
@@ -126,6 +166,17 @@ impl Snapshot {
     pub fn workloads(&self) -> Vec<&Arc<WorkloadState>> {
         let mut v: Vec<_> = self.by_key.values().collect();
         v.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        v
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&Arc<PoolState>> {
+        self.pools.get(name)
+    }
+
+    /// All pools, by name.
+    pub fn pools(&self) -> Vec<&Arc<PoolState>> {
+        let mut v: Vec<_> = self.pools.values().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
         v
     }
 
@@ -163,6 +214,11 @@ impl Registry {
 
     /// Replace every workload's state at once and wake the streams.
     pub fn publish(&self, states: Vec<WorkloadState>, ready: bool) {
+        self.publish_all(states, Vec::new(), None, ready)
+    }
+
+    /// As [`publish`](Self::publish), with the pools and the node plan.
+    pub fn publish_all(&self, states: Vec<WorkloadState>, pools: Vec<PoolState>, plan: Option<Arc<Plan>>, ready: bool) {
         let generation = self.current.load().generation + 1;
         let mut by_key = HashMap::with_capacity(states.len());
         let mut namespaces_of: HashMap<String, Vec<String>> = HashMap::new();
@@ -173,7 +229,8 @@ impl Registry {
         for v in namespaces_of.values_mut() {
             v.sort();
         }
-        self.current.store(Arc::new(Snapshot { generation, ready, by_key, namespaces_of }));
+        let pools = pools.into_iter().map(|p| (p.name.clone(), Arc::new(p))).collect();
+        self.current.store(Arc::new(Snapshot { generation, ready, by_key, namespaces_of, pools, plan }));
         self.changed.send_replace(generation);
     }
 

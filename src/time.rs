@@ -9,3 +9,13 @@ use chrono::{DateTime, SecondsFormat, Utc};
 pub fn rfc3339(t: SystemTime) -> String {
     DateTime::<Utc>::from(t).to_rfc3339_opts(SecondsFormat::Millis, true)
 }
+
+/// Serialize Unix seconds as RFC 3339 (`#[serde(serialize_with = "crate::time::ser_unix")]`).
+pub fn ser_unix<S: serde::Serializer>(t: &i64, s: S) -> Result<S::Ok, S::Error> {
+    let at = if *t >= 0 {
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(*t as u64)
+    } else {
+        SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(t.unsigned_abs())
+    };
+    s.serialize_str(&rfc3339(at))
+}

@@ -43,7 +43,8 @@ async fn workloads_lists_every_decision_with_its_reason() {
     let llama = &list[2];
     assert_eq!(llama["decision"]["desired_replicas"], 4);
     assert_eq!(llama["decision"]["policy"], "reactive");
-    assert_eq!(llama["decision"]["reason"], "reactive: ceil(100.000 / 32) = 4 replicas");
+    // Predictive by default; before the first forecast, the reactive answer says why.
+    assert_eq!(llama["decision"]["reason"], "reactive: ceil(100.000 / 32) = 4 replicas (no forecast: no forecast yet)");
     assert_eq!(llama["metrics"]["replicas"], "foresight-llama-8b-replicas");
     let at = llama["decided_at"].as_str().unwrap();
     assert!(chrono::DateTime::parse_from_rfc3339(at).is_ok(), "{at}");

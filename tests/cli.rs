@@ -179,3 +179,36 @@ fn serve_refuses_a_bad_config_and_needs_one() {
     assert_eq!(code, 2, "clap usage error");
     assert!(err.contains("--config"), "{err}");
 }
+
+#[test]
+fn bad_pools_reservations_and_sizing_are_all_reported_with_their_field() {
+    let yaml = GOOD.replace(
+        "workloads:",
+        "sizing: {policy: predictve, quantile: 0.95, scale_down_stabilization_secs: -5}
+pools:
+  - {name: h100, gpu_type: nvidia-h100-80gb, gpus_per_node: 8, nvlink_domain_gpus: 3, capacity_type: reserverd,
+     provisioning_secs: 600, price_per_node_hour: .nan}
+  - {name: h100, gpu_type: nvidia-h100-80gb, gpus_per_node: 8, capacity_type: spot, provisioning_secs: -1}
+reservations:
+  - {name: block, pool: h200, nodes: 2, start: 2026-12-01T00:00:00Z, end: 2026-12-31}
+  - {name: late, pool: h100, nodes: 2, start: 2026-12-02T00:00:00Z, end: 2026-12-01T00:00:00Z}
+workloads:",
+    );
+    let (code, _, err) = check(&yaml);
+    assert_eq!(code, 1);
+    for want in [
+        "FILE: sizing.policy: must be `predictive` or `reactive`, got `predictve`",
+        "FILE: sizing.quantile: 0.95 is not one of forecast.quantiles",
+        "FILE: sizing.scale_down_stabilization_secs: must be within 0..=86400, got -5",
+        "FILE: pools[0].nvlink_domain_gpus: 3 must be at least 1 and divide gpus_per_node 8",
+        "FILE: pools[0].capacity_type: must be `reserved`, `on-demand` or `spot`, got `reserverd`",
+        "FILE: pools[0].price_per_node_hour: must be a finite number >= 0, got NaN",
+        "FILE: pools[1].name: pool `h100` appears twice",
+        "FILE: pools[1].provisioning_secs: must be within 0..=86400, got -1",
+        "FILE: reservations[0].pool: unknown pool `h200`; pools: h100",
+        "FILE: reservations[0].end: `2026-12-31` is not an RFC 3339 time",
+        "FILE: reservations[1].end: 2026-12-01T00:00:00Z is not after start 2026-12-02T00:00:00Z",
+    ] {
+        assert!(err.contains(want), "want {want:?} in:\n{err}");
+    }
+}

@@ -136,6 +136,7 @@ fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
     let settings = shipped_settings(&docs);
     let svc_port = settings.grpc.listen.port();
     let mut triggers = 0;
+    let mut balloons = 0;
     for (name, so) in docs.iter().filter(|(_, v)| v["kind"] == "ScaledObject") {
         let ns = s(so, "metadata.namespace");
         for t in so["spec"]["triggers"].as_sequence().unwrap() {
@@ -152,12 +153,33 @@ fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
                 })
                 .collect();
             assert_eq!(md["scalerAddress"], format!("foresight.foresight.svc.cluster.local:{svc_port}"), "{name}");
-            let q = metadata::parse(&ScaledObjectRef {
+            let target = metadata::parse_target(&ScaledObjectRef {
                 name: s(so, "metadata.name").into(),
                 namespace: ns.into(),
                 scaler_metadata: md,
             })
             .unwrap_or_else(|e| panic!("{name}: {}", e.message()));
+            let q = match target {
+                metadata::Target::Workload(q) => q,
+                metadata::Target::Pool(pool) => {
+                    // A balloon: its pool is planned, and its Deployment asks
+                    // for whole nodes of that pool.
+                    let p = settings
+                        .pools
+                        .iter()
+                        .find(|p| p.name == pool)
+                        .unwrap_or_else(|| panic!("{name}: pool {pool} is not in the shipped config"));
+                    let dep = find(&docs, "Deployment", ns, s(so, "spec.scaleTargetRef.name"));
+                    let spec = &dep["spec"]["template"]["spec"];
+                    assert_eq!(spec["nodeSelector"]["karpenter.sh/nodepool"].as_str(), Some(pool.as_str()), "{name}");
+                    let gpus = spec["containers"][0]["resources"]["requests"]["nvidia.com/gpu"].as_u64();
+                    assert_eq!(gpus, Some(u64::from(p.gpus_per_node)), "{name}: a balloon holds one whole node");
+                    assert_eq!(s(spec, "priorityClassName"), "foresight-balloon", "{name}");
+                    balloons += 1;
+                    triggers += 1;
+                    continue;
+                }
+            };
             let w = settings
                 .workloads
                 .iter()
@@ -177,4 +199,40 @@ fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
         }
     }
     assert!(triggers >= 3, "pull, push and mTLS examples");
+    assert_eq!(balloons, settings.pools.len(), "one balloon per configured pool");
+}
+
+#[test]
+fn every_capacity_buffer_warms_whole_nodes_of_a_configured_pool() {
+    let docs = docs();
+    let settings = shipped_settings(&docs);
+    let mut buffers = 0;
+    for (name, cb) in docs.iter().filter(|(_, v)| v["kind"] == "CapacityBuffer") {
+        let ns = s(cb, "metadata.namespace");
+        // Named after the pool: the HTTP API's `capacity_buffer_replicas` for
+        // pool P is written to CapacityBuffer P.
+        let pool = s(cb, "metadata.name");
+        let p = settings
+            .pools
+            .iter()
+            .find(|p| p.name == pool)
+            .unwrap_or_else(|| panic!("{name}: pool {pool} is not in the shipped config"));
+        assert_eq!(cb["spec"]["replicas"].as_u64(), Some(0), "{name}: applying the file alone warms nothing");
+        let tpl = find(&docs, "PodTemplate", ns, s(cb, "spec.podTemplateRef.name"));
+        let spec = &tpl["template"]["spec"];
+        assert_eq!(spec["nodeSelector"]["karpenter.sh/nodepool"].as_str(), Some(pool), "{name}");
+        let gpus = spec["containers"][0]["resources"]["requests"]["nvidia.com/gpu"].as_u64();
+        assert_eq!(gpus, Some(u64::from(p.gpus_per_node)), "{name}: one chunk is one whole node");
+        buffers += 1;
+    }
+    assert_eq!(buffers, settings.pools.len(), "one CapacityBuffer per configured pool");
+    let pc = docs
+        .iter()
+        .map(|(_, v)| v)
+        .find(|v| v["kind"] == "PriorityClass" && v["metadata"]["name"] == "foresight-balloon")
+        .expect("the balloons' PriorityClass");
+    // Preemptible by every real pod, yet not below cluster-autoscaler's
+    // expendable cutoff (-10), under which a pending balloon buys no node.
+    assert_eq!(pc["value"].as_i64(), Some(-10));
+    assert_eq!(pc["preemptionPolicy"].as_str(), Some("Never"));
 }

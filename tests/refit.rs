@@ -158,3 +158,57 @@ fn forecast_settings_are_validated() {
         assert!(err.contains(want), "{extra}: {err}");
     }
 }
+
+/// A steeper daily cycle: 100 +- 80 in-flight requests (1 to 6 replicas of 32).
+fn steep(t: f64) -> f64 {
+    100.0 + 80.0 * (2.0 * std::f64::consts::PI * t / DAY).sin()
+}
+
+#[test]
+fn with_a_forecast_replicas_are_sized_ahead_and_live_load_holds_scale_down() {
+    let (mut engine, registry, store) = engine_with("");
+    // Now is on the morning ramp: the look-ahead sees more demand than now.
+    let now_secs = 1_800_000_000.0 - 0.5 * 3600.0;
+    let start = now_secs - 3.0 * DAY;
+    let series = format!("{KEY}/concurrency");
+    let values: Vec<f64> = (0..3 * 1440).map(|i| steep(start + 60.0 * i as f64)).collect();
+    store.backfill(&series, UNIX_EPOCH + Duration::from_secs_f64(start), &values).unwrap();
+    let now = UNIX_EPOCH + Duration::from_secs_f64(now_secs);
+    store.set_latest(&series, now, steep(now_secs));
+    tick_until(&mut engine, &registry, now, |s| s.forecast.is_some());
+
+    // The next tick sizes from the forecast: p90 peak over the cold start, 32 per replica.
+    let s = tick_until(&mut engine, &registry, now, |s| {
+        s.decision.as_ref().is_some_and(|d| d.policy == foresight::sizing::Policy::Predictive)
+    });
+    let d = s.decision.unwrap();
+    let sz = d.sizing.clone().unwrap();
+    let p90 = &s.forecast.as_ref().unwrap().quantiles.iter().find(|q| q.quantile == 0.9).unwrap().values;
+    let peak = p90.iter().copied().fold(f64::MIN, f64::max);
+    assert!((sz.forecast_peak - peak).abs() < 1e-6, "{} vs {peak}", sz.forecast_peak);
+    assert!(peak > steep(now_secs), "the ramp: the look-ahead peak is above the live value");
+    assert_eq!(d.desired_replicas, (peak / 32.0).ceil() as u32, "{}", d.reason);
+    assert_eq!(sz.quantile, 0.9);
+    assert!(d.reason.contains("p90"), "{}", d.reason);
+    assert_eq!(sz.timeline.len(), p90.len());
+
+    // A surge the forecast did not see: the live value binds.
+    let surge_at = now + Duration::from_secs(10);
+    store.set_latest(&series, surge_at, 300.0);
+    engine.tick(surge_at);
+    let d = registry.load().get(KEY).unwrap().decision.clone().unwrap();
+    assert_eq!(d.desired_replicas, 10, "ceil(300 / 32) = 10 = max_replicas: {}", d.reason);
+
+    // It ends: the count waits out the 300 s stabilisation window, then follows the forecast.
+    let calm_at = surge_at + Duration::from_secs(60);
+    store.set_latest(&series, calm_at, steep(now_secs));
+    engine.tick(calm_at);
+    let d = registry.load().get(KEY).unwrap().decision.clone().unwrap();
+    assert_eq!(d.desired_replicas, 10, "held within the window: {}", d.reason);
+    assert_eq!(d.binding, Some(foresight::sizing::predictive::Binding::Stabilisation));
+    let after = surge_at + Duration::from_secs(301);
+    store.set_latest(&series, after, steep(now_secs));
+    engine.tick(after);
+    let d = registry.load().get(KEY).unwrap().decision.clone().unwrap();
+    assert!(d.desired_replicas < 10, "released after the window: {}", d.reason);
+}

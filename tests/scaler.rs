@@ -25,7 +25,12 @@ struct Harness {
 }
 
 async fn harness() -> Harness {
-    let settings = Settings::from_yaml(&common::known_answers(), "test", Path::new(".")).unwrap();
+    serve_yaml(&common::known_answers()).await
+}
+
+/// One engine tick over the known readings with this config, then the scaler serving its answers.
+async fn serve_yaml(yaml: &str) -> Harness {
+    let settings = Settings::from_yaml(yaml, "test", Path::new(".")).unwrap();
     let registry = Registry::new();
     let store = common::store_with_known_readings();
     let mut engine = Engine::new(&settings, registry.clone(), store);
@@ -288,4 +293,105 @@ async fn grpc_health_reports_serving() {
         let r = health.check(HealthCheckRequest { service: service.into() }).await.unwrap().into_inner();
         assert_eq!(r.status(), ServingStatus::Serving, "{service:?}");
     }
+}
+
+/// A balloon trigger (`pool:` metadata) for each of two pools, with the
+/// known-answers workloads (6 one-GPU replicas) planned onto them.
+async fn pool_harness(reservation_ends_in_secs: i64) -> Harness {
+    let end = chrono::Utc::now() + chrono::Duration::seconds(reservation_ends_in_secs);
+    let pools = format!(
+        "pools:
+  - {{name: h100-reserved, gpu_type: nvidia-h100-80gb, gpus_per_node: 8, capacity_type: reserved, provisioning_secs: 0}}
+  - {{name: h100-on-demand, gpu_type: nvidia-h100-80gb, gpus_per_node: 8, capacity_type: on-demand,
+     price_per_node_hour: 98, provisioning_secs: 900}}
+reservations:
+  - {{name: block, pool: h100-reserved, nodes: 1, start: 2026-01-01T00:00:00Z, end: {}}}
+workloads:",
+        end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    serve_yaml(&common::known_answers().replacen("workloads:", &pools, 1)).await
+}
+
+fn balloon(pool: &str) -> ScaledObjectRef {
+    let md = [("scalerAddress", "foresight.foresight.svc:6000"), ("pool", pool)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    ScaledObjectRef { name: format!("balloon-{pool}"), namespace: "foresight".into(), scaler_metadata: md }
+}
+
+async fn buffer(h: &mut Harness, pool: &str) -> i64 {
+    let spec = h.client.get_metric_spec(balloon(pool)).await.unwrap().into_inner();
+    assert_eq!(spec.metric_specs.len(), 1);
+    let metric = spec.metric_specs[0].metric_name.clone();
+    assert_eq!(metric, format!("foresight-pool-{pool}-buffer"));
+    assert_eq!(spec.metric_specs[0].target_size, 1, "balloon replicas = the metric");
+    let r = h
+        .client
+        .get_metrics(GetMetricsRequest { scaled_object_ref: Some(balloon(pool)), metric_name: metric })
+        .await
+        .unwrap()
+        .into_inner();
+    let active = h.client.is_active(balloon(pool)).await.unwrap().into_inner().result;
+    assert_eq!(active, r.metric_values[0].metric_value > 0);
+    r.metric_values[0].metric_value
+}
+
+#[tokio::test]
+async fn a_closing_reservation_warms_on_demand_nodes_through_the_balloon_metric() {
+    // Reserved node for 5 more minutes; an on-demand node takes 15 to come up:
+    // warm one now, held by one balloon, while the replicas still run on the reservation.
+    let mut h = pool_harness(300).await;
+    assert_eq!(buffer(&mut h, "h100-reserved").await, 0, "the running replicas fill the reserved node");
+    assert_eq!(buffer(&mut h, "h100-on-demand").await, 1);
+    let snap = h.registry.load();
+    let pools = snap.pools();
+    let od = pools.iter().find(|p| p.name == "h100-on-demand").unwrap();
+    assert_eq!(od.capacity_buffer_replicas, Some(1));
+    assert_eq!(od.plan.as_ref().unwrap().warm_nodes, 1);
+    let reserved = pools.iter().find(|p| p.name == "h100-reserved").unwrap();
+    let why = &reserved.plan.as_ref().unwrap().reason;
+    assert!(why.contains("reservations drop from 1 to 0 nodes at +5m"), "{why}");
+
+    // A reservation that outlasts the horizon: nothing to warm on demand.
+    let mut h = pool_harness(86_400).await;
+    assert_eq!(buffer(&mut h, "h100-on-demand").await, 0);
+    h.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn balloon_triggers_get_clear_errors() {
+    let mut h = pool_harness(86_400).await;
+    let e = h.client.get_metric_spec(balloon("a100-spot")).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    assert!(e.message().contains("pools: h100-on-demand, h100-reserved"), "{}", e.message());
+    let mut both = balloon("h100-reserved");
+    both.scaler_metadata.insert("workload".into(), "llama-8b".into());
+    let e = h.client.get_metric_spec(both).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let e = h
+        .client
+        .get_metrics(GetMetricsRequest {
+            scaled_object_ref: Some(balloon("h100-reserved")),
+            metric_name: "foresight-llama-8b-replicas".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    // Before the first plan the count is unknown, not zero: KEDA's fallback applies.
+    let snap = h.registry.load();
+    let states = snap.workloads().into_iter().map(|s| WorkloadState::clone(s)).collect();
+    let pools = snap
+        .pools()
+        .into_iter()
+        .map(|p| foresight::state::PoolState {
+            plan: None,
+            capacity_buffer_replicas: None,
+            ..foresight::state::PoolState::clone(p)
+        })
+        .collect();
+    h.registry.publish_all(states, pools, None, true);
+    let e = h.client.is_active(balloon("h100-reserved")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable);
+    h.shutdown.cancel();
 }

@@ -21,7 +21,11 @@ use std::{
 pub use yaml::YamlError;
 
 use crate::{
-    sizing::profile::{Profile, BUILTIN_PROFILES},
+    capacity::{CapacityType, Pool, Reservation},
+    sizing::{
+        profile::{Profile, BUILTIN_PROFILES},
+        Policy,
+    },
     sources::{Signal, SourceConfig},
 };
 
@@ -83,7 +87,20 @@ pub struct Settings {
     pub log_every_decision: bool,
     pub store: StoreSettings,
     pub forecast: ForecastSettings,
+    pub sizing: SizingSettings,
+    pub pools: Vec<Pool>,
+    pub reservations: Vec<Reservation>,
     pub workloads: Vec<Arc<Workload>>,
+}
+
+/// How forecasts become replica counts (see [`crate::sizing::predictive`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SizingSettings {
+    pub policy: Policy,
+    /// One of the forecast's quantiles.
+    pub quantile: f64,
+    pub scale_down_stabilization: Duration,
+    pub plan_step_secs: i64,
 }
 
 /// How forecasts are refitted in the background (see [`crate::refit`]).
@@ -334,6 +351,9 @@ fn validate(
         quantiles,
         seasons,
     };
+    let sizing = validate_sizing(&raw.sizing, &forecast, &mut bad);
+    let pools = validate_pools(&raw.pools, &mut bad);
+    let reservations = validate_reservations(&raw.reservations, &pools, &mut bad);
     let d = &raw.defaults;
     if d.min_replicas > d.max_replicas {
         bad(
@@ -440,8 +460,148 @@ fn validate(
         log_every_decision: raw.log_every_decision,
         store,
         forecast,
+        sizing,
+        pools,
+        reservations,
         workloads,
     })
+}
+
+fn validate_sizing(
+    raw: &raw::RawSizing,
+    forecast: &ForecastSettings,
+    bad: &mut impl FnMut(String, String),
+) -> SizingSettings {
+    let policy = match raw.policy.as_str() {
+        "predictive" => Policy::Predictive,
+        "reactive" => Policy::Reactive,
+        other => {
+            bad("sizing.policy".into(), format!("must be `predictive` or `reactive`, got `{other}`"));
+            Policy::Reactive
+        }
+    };
+    // Checked unless the policy is plainly reactive, so a typo'd policy still gets it.
+    if raw.policy != "reactive" && !forecast.quantiles.iter().any(|q| (q - raw.quantile).abs() < 1e-9) {
+        bad(
+            "sizing.quantile".into(),
+            format!("{} is not one of forecast.quantiles {:?}", raw.quantile, forecast.quantiles),
+        );
+    }
+    let w = raw.scale_down_stabilization_secs;
+    if !(0.0..=86_400.0).contains(&w) {
+        bad("sizing.scale_down_stabilization_secs".into(), format!("must be within 0..=86400, got {w}"));
+    }
+    if !(1..=3600).contains(&raw.plan_step_secs) {
+        bad("sizing.plan_step_secs".into(), format!("must be within 1..=3600, got {}", raw.plan_step_secs));
+    }
+    SizingSettings {
+        policy,
+        quantile: raw.quantile,
+        scale_down_stabilization: Duration::from_secs_f64(w.clamp(0.0, 86_400.0)),
+        plan_step_secs: raw.plan_step_secs.clamp(1, 3600) as i64,
+    }
+}
+
+fn validate_pools(raw: &[raw::RawPool], bad: &mut impl FnMut(String, String)) -> Vec<Pool> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (i, p) in raw.iter().enumerate() {
+        let at = |field: &str| format!("pools[{i}].{field}");
+        if let Err(why) = check_k8s_name(&p.name, 63, false) {
+            bad(at("name"), why);
+        }
+        if !seen.insert(p.name.as_str()) {
+            bad(at("name"), format!("pool `{}` appears twice", p.name));
+        }
+        if p.gpu_type.trim().is_empty() {
+            bad(at("gpu_type"), "must not be empty".into());
+        }
+        if p.gpus_per_node == 0 {
+            bad(at("gpus_per_node"), "must be at least 1".into());
+        }
+        let domain = p.nvlink_domain_gpus.unwrap_or(p.gpus_per_node);
+        if domain == 0 || (p.gpus_per_node > 0 && p.gpus_per_node % domain != 0) {
+            bad(
+                at("nvlink_domain_gpus"),
+                format!("{domain} must be at least 1 and divide gpus_per_node {}", p.gpus_per_node),
+            );
+        }
+        if p.nodes_per_rack == Some(0) {
+            bad(at("nodes_per_rack"), "must be at least 1".into());
+        }
+        if p.max_nodes == Some(0) {
+            bad(at("max_nodes"), "must be at least 1 (remove the pool to have none)".into());
+        }
+        let capacity_type = match p.capacity_type.as_str() {
+            "reserved" => CapacityType::Reserved,
+            "on-demand" => CapacityType::OnDemand,
+            "spot" => CapacityType::Spot,
+            other => {
+                bad(at("capacity_type"), format!("must be `reserved`, `on-demand` or `spot`, got `{other}`"));
+                CapacityType::OnDemand
+            }
+        };
+        if !(p.price_per_node_hour.is_finite() && p.price_per_node_hour >= 0.0) {
+            bad(at("price_per_node_hour"), format!("must be a finite number >= 0, got {}", p.price_per_node_hour));
+        }
+        if !(0.0..=86_400.0).contains(&p.provisioning_secs) {
+            bad(at("provisioning_secs"), format!("must be within 0..=86400, got {}", p.provisioning_secs));
+        }
+        out.push(Pool {
+            name: p.name.clone(),
+            gpu_type: p.gpu_type.clone(),
+            gpus_per_node: p.gpus_per_node.max(1),
+            nvlink_domain_gpus: domain.max(1),
+            nodes_per_rack: p.nodes_per_rack.filter(|n| *n > 0),
+            capacity_type,
+            price_per_node_hour: p.price_per_node_hour.max(0.0),
+            provisioning_secs: p.provisioning_secs.clamp(0.0, 86_400.0),
+            max_nodes: p.max_nodes,
+        });
+    }
+    out
+}
+
+fn validate_reservations(
+    raw: &[raw::RawReservation],
+    pools: &[Pool],
+    bad: &mut impl FnMut(String, String),
+) -> Vec<Reservation> {
+    let mut out = Vec::new();
+    for (i, r) in raw.iter().enumerate() {
+        let at = |field: &str| format!("reservations[{i}].{field}");
+        if !pools.iter().any(|p| p.name == r.pool) {
+            let mut known: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+            known.sort_unstable();
+            known.dedup();
+            bad(at("pool"), format!("unknown pool `{}`; pools: {}", r.pool, known.join(", ")));
+        }
+        if r.nodes == 0 {
+            bad(at("nodes"), "must be at least 1".into());
+        }
+        let mut time = |field: &str, v: &str| match chrono::DateTime::parse_from_rfc3339(v) {
+            Ok(t) => Some(t.timestamp()),
+            Err(e) => {
+                bad(at(field), format!("`{v}` is not an RFC 3339 time (e.g. 2026-12-01T00:00:00Z): {e}"));
+                None
+            }
+        };
+        let (start, end) = (time("start", &r.start), time("end", &r.end));
+        if let (Some(start), Some(end)) = (start, end) {
+            if end <= start {
+                bad(at("end"), format!("{} is not after start {}", r.end, r.start));
+            }
+            out.push(Reservation {
+                name: r.name.clone(),
+                pool: r.pool.clone(),
+                nodes: r.nodes,
+                start,
+                end,
+                paid: r.paid,
+            });
+        }
+    }
+    out
 }
 
 /// The HPA's replica counts are int32.

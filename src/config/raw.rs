@@ -35,6 +35,15 @@ pub struct RawConfig {
     /// How forecasts are refitted in the background.
     #[serde(default)]
     pub forecast: RawForecast,
+    /// How forecasts become replica counts.
+    #[serde(default)]
+    pub sizing: RawSizing,
+    /// GPU node pools pre-warming plans for; none: no node plan.
+    #[serde(default)]
+    pub pools: Vec<RawPool>,
+    /// Capacity bought for a window of time, in a pool.
+    #[serde(default)]
+    pub reservations: Vec<RawReservation>,
     /// The workloads Foresight sizes.
     pub workloads: Vec<RawWorkload>,
 }
@@ -78,6 +87,84 @@ impl Default for RawForecast {
             seasons_secs: default_seasons_secs(),
         }
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSizing {
+    /// `predictive` (forecast, falling back to reactive without one) or `reactive`.
+    #[serde(default = "default_policy")]
+    pub policy: String,
+    /// Forecast quantile replicas are sized for; one of `forecast.quantiles`.
+    #[serde(default = "default_sizing_quantile")]
+    pub quantile: f64,
+    /// A lower replica count waits this long (the highest recommendation in the window wins).
+    #[serde(default = "default_stabilization_secs")]
+    pub scale_down_stabilization_secs: f64,
+    /// Time step of the node plan's timeline.
+    #[serde(default = "default_plan_step_secs")]
+    pub plan_step_secs: u64,
+}
+
+impl Default for RawSizing {
+    fn default() -> Self {
+        RawSizing {
+            policy: default_policy(),
+            quantile: default_sizing_quantile(),
+            scale_down_stabilization_secs: default_stabilization_secs(),
+            plan_step_secs: default_plan_step_secs(),
+        }
+    }
+}
+
+fn default_policy() -> String {
+    "predictive".into()
+}
+fn default_sizing_quantile() -> f64 {
+    0.9
+}
+fn default_stabilization_secs() -> f64 {
+    300.0
+}
+fn default_plan_step_secs() -> u64 {
+    60
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPool {
+    pub name: String,
+    /// GPU product, as in profiles' `gpu_type` (e.g. `nvidia-h100-80gb`).
+    pub gpu_type: String,
+    pub gpus_per_node: u32,
+    /// GPUs per NVLink domain on a node; default: the whole node.
+    #[serde(default)]
+    pub nvlink_domain_gpus: Option<u32>,
+    /// Nodes per rack / fabric that multi-node replicas must stay inside; default: one fabric.
+    #[serde(default)]
+    pub nodes_per_rack: Option<u32>,
+    /// `reserved`, `on-demand` or `spot`.
+    pub capacity_type: String,
+    #[serde(default)]
+    pub price_per_node_hour: f64,
+    /// Asking for a node to the node being Ready.
+    pub provisioning_secs: f64,
+    #[serde(default)]
+    pub max_nodes: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReservation {
+    pub name: String,
+    pub pool: String,
+    pub nodes: u32,
+    /// RFC 3339; the reservation covers [start, end).
+    pub start: String,
+    pub end: String,
+    /// Already paid whether used or not (a capacity block, a commitment).
+    #[serde(default = "default_true")]
+    pub paid: bool,
 }
 
 fn default_true() -> bool {

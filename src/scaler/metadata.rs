@@ -14,6 +14,35 @@ pub const KEY_WORKLOAD: &str = "workload";
 pub const KEY_NAMESPACE: &str = "namespace";
 /// Metadata key choosing the metric encoding (default `replicas`).
 pub const KEY_ENCODING: &str = "encoding";
+/// Metadata key naming a node pool: the trigger of a pool's placeholder
+/// (balloon) Deployment, instead of `workload`.
+pub const KEY_POOL: &str = "pool";
+
+/// What a trigger asks about: a workload's replicas, or a pool's placeholders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Workload(Query),
+    Pool(String),
+}
+
+/// Parse metadata naming either a workload or a pool (not both).
+pub fn parse_target(r: &ScaledObjectRef) -> Result<Target, Status> {
+    let md = &r.scaler_metadata;
+    let Some(pool) = md.get(KEY_POOL).map(|s| s.trim()) else {
+        return parse(r).map(Target::Workload);
+    };
+    if md.contains_key(KEY_WORKLOAD) {
+        return Err(Status::invalid_argument(format!(
+            "trigger metadata has both `{KEY_WORKLOAD}` and `{KEY_POOL}`; a trigger sizes one workload or one pool's placeholders"
+        )));
+    }
+    if pool.is_empty() || pool.len() > MAX_VALUE_LEN {
+        return Err(Status::invalid_argument(format!(
+            "trigger metadata key `{KEY_POOL}` must name a node pool (1 to {MAX_VALUE_LEN} bytes)"
+        )));
+    }
+    Ok(Target::Pool(pool.to_string()))
+}
 
 /// How the answer is encoded for the HPA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,14 +8,14 @@ use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use super::metadata::{self, Encoding, Query};
+use super::metadata::{self, Encoding, Query, Target};
 use crate::{
     proto::{
         external_scaler_server::ExternalScaler, GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse,
         IsActiveResponse, MetricSpec, MetricValue, ScaledObjectRef,
     },
-    sizing::reactive::Decision,
-    state::{Registry, Snapshot, WorkloadState},
+    sizing::{reactive::Decision, Policy},
+    state::{PoolState, Registry, Snapshot, WorkloadState},
 };
 
 /// The scaler service.
@@ -74,10 +74,56 @@ fn spec(s: &WorkloadState, encoding: Encoding) -> GetMetricSpecResponse {
     }
 }
 
-fn value(d: &Decision, encoding: Encoding) -> f64 {
-    match encoding {
-        Encoding::Replicas => f64::from(d.desired_replicas),
-        Encoding::Load => d.load,
+/// The `load` encoding must land the HPA on the decided count too. A
+/// predictive decision is not load / per-replica (it looks ahead, queues,
+/// stabilises), so it is sent as the load that count handles, a hair under
+/// so that ceil(value / target) cannot round up past it.
+fn value(d: &Decision, encoding: Encoding, per_replica: f64) -> f64 {
+    match (encoding, d.policy) {
+        (Encoding::Replicas, _) => f64::from(d.desired_replicas),
+        (Encoding::Load, Policy::Reactive) => d.load,
+        (Encoding::Load, Policy::Predictive) => f64::from(d.desired_replicas) * per_replica * (1.0 - 1e-9),
+    }
+}
+
+fn lookup_pool<'a>(snap: &'a Snapshot, name: &str) -> Result<&'a Arc<PoolState>, Status> {
+    snap.pool(name).ok_or_else(|| {
+        let known: Vec<&str> = snap.pools().iter().map(|p| p.name.as_str()).collect();
+        Status::not_found(format!(
+            "no node pool `{}` is configured in Foresight (pools: {})",
+            metadata::shown(name),
+            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+        ))
+    })
+}
+
+/// A pool's placeholder count: target 1, so the HPA's replicas are the count.
+fn pool_spec(p: &PoolState) -> GetMetricSpecResponse {
+    GetMetricSpecResponse {
+        metric_specs: vec![MetricSpec { metric_name: p.metric.clone(), target_size: 1, target_size_float: 1.0 }],
+    }
+}
+
+fn pool_buffer(p: &PoolState) -> Result<u32, Status> {
+    p.plan
+        .as_ref()
+        .map(|pp| pp.buffer_nodes)
+        .ok_or_else(|| Status::unavailable(format!("no node plan for pool `{}` yet", p.name)))
+}
+
+/// Spec of whichever target the trigger names.
+fn target_spec(snap: &Snapshot, t: &Target) -> Result<GetMetricSpecResponse, Status> {
+    match t {
+        Target::Workload(q) => Ok(spec(lookup(snap, q)?, q.encoding)),
+        Target::Pool(name) => Ok(pool_spec(lookup_pool(snap, name)?)),
+    }
+}
+
+/// Activity of the target: `None` while there is nothing to say yet.
+fn target_active(snap: &Snapshot, t: &Target) -> Result<Option<bool>, Status> {
+    match t {
+        Target::Workload(q) => Ok(lookup(snap, q)?.decision.as_ref().map(|d| d.active)),
+        Target::Pool(name) => Ok(lookup_pool(snap, name)?.plan.as_ref().map(|pp| pp.buffer_nodes > 0)),
     }
 }
 
@@ -125,10 +171,12 @@ impl Scaler {
 #[tonic::async_trait]
 impl ExternalScaler for Scaler {
     async fn is_active(&self, request: Request<ScaledObjectRef>) -> Result<Response<IsActiveResponse>, Status> {
-        let q = metadata::parse(request.get_ref())?;
         let snap = self.registry.load();
-        let d = decision(lookup(&snap, &q)?)?;
-        Ok(Response::new(IsActiveResponse { result: d.active }))
+        let active = match metadata::parse_target(request.get_ref())? {
+            Target::Workload(q) => decision(lookup(&snap, &q)?)?.active,
+            Target::Pool(name) => pool_buffer(lookup_pool(&snap, &name)?)? > 0,
+        };
+        Ok(Response::new(IsActiveResponse { result: active }))
     }
 
     type StreamIsActiveStream = Streamed<IsActiveResponse>;
@@ -139,21 +187,19 @@ impl ExternalScaler for Scaler {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
-        let q = metadata::parse(request.get_ref())?;
-        lookup(&self.registry.load(), &q)?;
-        Ok(Response::new(self.watch(move |snap| {
-            let s = lookup(snap, &q)?;
-            Ok(s.decision.as_ref().map(|d| IsActiveResponse { result: d.active }))
-        })))
+        let t = metadata::parse_target(request.get_ref())?;
+        target_active(&self.registry.load(), &t)?;
+        Ok(Response::new(
+            self.watch(move |snap| Ok(target_active(snap, &t)?.map(|result| IsActiveResponse { result }))),
+        ))
     }
 
     async fn get_metric_spec(
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<GetMetricSpecResponse>, Status> {
-        let q = metadata::parse(request.get_ref())?;
-        let snap = self.registry.load();
-        Ok(Response::new(spec(lookup(&snap, &q)?, q.encoding)))
+        let t = metadata::parse_target(request.get_ref())?;
+        Ok(Response::new(target_spec(&self.registry.load(), &t)?))
     }
 
     async fn get_metrics(&self, request: Request<GetMetricsRequest>) -> Result<Response<GetMetricsResponse>, Status> {
@@ -162,8 +208,28 @@ impl ExternalScaler for Scaler {
             .scaled_object_ref
             .as_ref()
             .ok_or_else(|| Status::invalid_argument("GetMetricsRequest has no scaledObjectRef"))?;
-        let q = metadata::parse(r)?;
         let snap = self.registry.load();
+        let q = match metadata::parse_target(r)? {
+            Target::Workload(q) => q,
+            Target::Pool(name) => {
+                let p = lookup_pool(&snap, &name)?;
+                if !metadata::metric_matches(&req.metric_name, &p.metric) {
+                    return Err(Status::invalid_argument(format!(
+                        "metricName `{}` is not served for pool `{name}`; GetMetricSpec names `{}`",
+                        metadata::shown(&req.metric_name),
+                        p.metric
+                    )));
+                }
+                let v = pool_buffer(p)?;
+                return Ok(Response::new(GetMetricsResponse {
+                    metric_values: vec![MetricValue {
+                        metric_name: p.metric.clone(),
+                        metric_value: i64::from(v),
+                        metric_value_float: f64::from(v),
+                    }],
+                }));
+            }
+        };
         let s = lookup(&snap, &q)?;
         let served = match q.encoding {
             Encoding::Replicas => &s.metrics.replicas,
@@ -176,7 +242,7 @@ impl ExternalScaler for Scaler {
                 q.key()
             )));
         }
-        let v = value(decision(s)?, q.encoding);
+        let v = value(decision(s)?, q.encoding, s.per_replica);
         Ok(Response::new(GetMetricsResponse {
             metric_values: vec![MetricValue {
                 metric_name: served.clone(),
@@ -193,8 +259,8 @@ impl ExternalScaler for Scaler {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
-        let q = metadata::parse(request.get_ref())?;
-        lookup(&self.registry.load(), &q)?;
-        Ok(Response::new(self.watch(move |snap| Ok(Some(spec(lookup(snap, &q)?, q.encoding))))))
+        let t = metadata::parse_target(request.get_ref())?;
+        target_spec(&self.registry.load(), &t)?;
+        Ok(Response::new(self.watch(move |snap| target_spec(snap, &t).map(Some))))
     }
 }

@@ -4,7 +4,10 @@
 //! - [`profile`]: per-model capacity profiles (the YAML files in `models/`).
 //! - [`reactive`]: the reactive policy, desired = ceil(signal / per-replica
 //!   target); the answer until a forecast exists, and the fallback after.
+//! - [`predictive`]: size for an upper forecast quantile over the cold-start
+//!   look-ahead, never below the live load, scale-down stabilised.
 
+pub mod predictive;
 pub mod profile;
 pub mod reactive;
 
@@ -15,12 +18,14 @@ use serde::Serialize;
 #[serde(rename_all = "snake_case")]
 pub enum Policy {
     Reactive,
+    Predictive,
 }
 
 impl Policy {
     pub fn as_str(self) -> &'static str {
         match self {
             Policy::Reactive => "reactive",
+            Policy::Predictive => "predictive",
         }
     }
 }

@@ -23,7 +23,31 @@ pub struct Profile {
     pub concurrency_per_replica: f64,
     /// Time from "scale up" to "serving", by stage.
     pub cold_start_secs: ColdStart,
+    /// Latency targets the figures were measured at.
+    #[serde(default)]
+    pub slo: Option<Slo>,
+    /// Generated tokens per second one replica sustains within the SLO;
+    /// when given, sizing keeps enough replicas for the live token rate too.
+    #[serde(default)]
+    pub generation_tokens_per_sec: Option<f64>,
 }
+
+/// Latency targets (p95, the figures in the profile hold within them).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Slo {
+    /// Time to first token.
+    pub ttft_secs: f64,
+    /// Inter-token latency.
+    pub itl_secs: f64,
+    /// Longest a request may wait for a batch slot; default half of `ttft_secs`
+    /// (the rest is prefill).
+    #[serde(default)]
+    pub queue_wait_secs: Option<f64>,
+}
+
+/// Queue-wait budget when a profile states no SLO.
+pub const DEFAULT_WAIT_BUDGET_SECS: f64 = 1.0;
 
 fn one() -> u32 {
     1
@@ -52,6 +76,28 @@ impl ColdStart {
 }
 
 impl Profile {
+    /// Longest a request may queue for a slot (the M/M/c sizing target).
+    pub fn wait_budget_secs(&self) -> f64 {
+        match &self.slo {
+            Some(slo) => slo.queue_wait_secs.unwrap_or(slo.ttft_secs / 2.0),
+            None => DEFAULT_WAIT_BUDGET_SECS,
+        }
+    }
+
+    /// Image pull plus weights load: how long before serving a pod needs its node.
+    pub fn pod_start_secs(&self) -> f64 {
+        self.cold_start_secs.image_pull + self.cold_start_secs.weights_load
+    }
+
+    /// What one replica occupies, for the node packer.
+    pub fn shape(&self) -> crate::capacity::Shape {
+        crate::capacity::Shape {
+            gpu_type: self.gpu_type.clone(),
+            gpus_per_replica: self.gpus_per_replica,
+            nodes_per_replica: self.nodes_per_replica,
+        }
+    }
+
     /// Problems with the profile's values, as (field, message) pairs.
     pub fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
@@ -74,6 +120,20 @@ impl Profile {
                 "concurrency_per_replica",
                 format!("must be a finite number > 0, got {}", self.concurrency_per_replica),
             ));
+        }
+        if let Some(slo) = &self.slo {
+            for (field, v) in [
+                ("slo.ttft_secs", Some(slo.ttft_secs)),
+                ("slo.itl_secs", Some(slo.itl_secs)),
+                ("slo.queue_wait_secs", slo.queue_wait_secs),
+            ] {
+                if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                    out.push((field, format!("must be a finite number > 0, got {v}")));
+                }
+            }
+        }
+        if let Some(t) = self.generation_tokens_per_sec.filter(|t| !(t.is_finite() && *t > 0.0)) {
+            out.push(("generation_tokens_per_sec", format!("must be a finite number > 0, got {t}")));
         }
         let c = &self.cold_start_secs;
         for (field, v) in [

@@ -45,6 +45,12 @@ pub struct Decision {
     /// The bound that changed the answer, if one did.
     pub bound: Option<Bound>,
     pub reason: String,
+    /// Predictive decisions: what set the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binding: Option<super::predictive::Binding>,
+    /// Predictive decisions: the forecast peak, live and token needs, and the replica timeline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sizing: Option<super::predictive::Sizing>,
 }
 
 /// Apply the rule. Returns `None` when the input is unusable (a NaN, a
@@ -80,6 +86,8 @@ pub fn decide(input: Input) -> Option<Decision> {
         active,
         bound,
         reason,
+        binding: None,
+        sizing: None,
     })
 }
 
