@@ -73,9 +73,9 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     let mut tasks = JoinSet::new();
     let (r, sd) = (registry.clone(), shutdown.clone());
     tasks.spawn(async move { ("gRPC server", scaler::serve(grpc_listener, tls, r, sd).await) });
-    let sd = shutdown.clone();
+    let (sd, st) = (shutdown.clone(), store.clone());
     tasks.spawn(async move {
-        let served = axum::serve(http_listener, crate::api::router(registry))
+        let served = axum::serve(http_listener, crate::api::router(registry, st))
             .with_graceful_shutdown(sd.cancelled_owned())
             .await
             .context("HTTP server");

@@ -25,7 +25,10 @@ use crate::{
         reactive::{self, Decision},
         Policy,
     },
-    sources::{collector::series, Signal},
+    sources::{
+        collector::{pods_series, series},
+        Signal,
+    },
     state::{PoolState, Registry, SignalReading, WorkloadState},
     store::Store,
 };
@@ -137,6 +140,23 @@ impl Engine {
                 )),
                 Some(r) => decide(w, &slot.state, r.value, &self.sizing, &mut slot.stabiliser, now),
             };
+            let live = slot.state.signals.get(&w.target.signal).map(|r| r.value);
+            slot.state.reactive_replicas = live.and_then(|v| reactive_decision(w, v).ok()).map(|d| d.desired_replicas);
+            slot.state.pods = self.store.latest(&pods_series(&key)).map(|(v, _)| v as u32);
+            // Shadow: KEDA gets the reactive answer; the predictive one is reported beside it.
+            let decided = match (w.shadow, decided, live) {
+                (true, Ok(d), Some(v)) if d.policy == Policy::Predictive => {
+                    slot.state.shadow = Some(d);
+                    reactive_decision(w, v).map(|mut r| {
+                        r.reason = format!("shadow mode, KEDA gets the reactive answer: {}", r.reason);
+                        r
+                    })
+                }
+                (_, decided, _) => {
+                    slot.state.shadow = None;
+                    decided
+                }
+            };
             let previous = slot.state.decision.as_ref().map(|d| (d.desired_replicas, d.active));
             match decided {
                 Ok(d) => {
@@ -181,14 +201,15 @@ impl Engine {
             .iter()
             .map(|s| {
                 let p = &s.workload.profile;
-                let d = s.state.decision.as_ref();
+                // Shadow workloads are planned as the forecast would have them: the plan is reported, not acted on.
+                let d = s.state.shadow.as_ref().or(s.state.decision.as_ref());
                 Demand {
                     workload: s.workload.key(),
                     shape: p.shape(),
                     replicas: d.map_or_else(|| vec![0], |d| timeline(d, step)),
                     pod_start_secs: p.pod_start_secs(),
-                    // What KEDA was last told; the cluster's own count comes with the Kubernetes inputs.
-                    running: d.map_or(0, |d| d.desired_replicas),
+                    // Pods answering the scrape when known, else what KEDA was last told.
+                    running: s.state.pods.or(s.state.decision.as_ref().map(|d| d.desired_replicas)).unwrap_or(0),
                 }
             })
             .collect();
@@ -296,6 +317,18 @@ fn unix(t: SystemTime) -> f64 {
     t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// The reactive rule on the live target reading.
+fn reactive_decision(w: &Workload, live: f64) -> Result<Decision, String> {
+    reactive::decide(reactive::Input {
+        signal: live,
+        per_replica: w.target.per_replica,
+        min_replicas: w.min_replicas,
+        max_replicas: w.max_replicas,
+        activation_threshold: w.activation_threshold,
+    })
+    .ok_or_else(|| format!("unusable `{}` reading {live}", w.target.signal))
+}
+
 /// One workload's decision from its fresh target reading `live`: predictive
 /// when configured and a forecast covers now, else reactive, saying why.
 fn decide(
@@ -306,16 +339,7 @@ fn decide(
     stab: &mut Stabiliser,
     now: SystemTime,
 ) -> Result<Decision, String> {
-    let reactive = || {
-        reactive::decide(reactive::Input {
-            signal: live,
-            per_replica: w.target.per_replica,
-            min_replicas: w.min_replicas,
-            max_replicas: w.max_replicas,
-            activation_threshold: w.activation_threshold,
-        })
-        .ok_or_else(|| format!("unusable `{}` reading {live}", w.target.signal))
-    };
+    let reactive = || reactive_decision(w, live);
     if sizing.policy == Policy::Reactive {
         return reactive();
     }

@@ -30,7 +30,7 @@ use crate::{
 };
 
 /// A forecast as the API and logs show it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ForecastView {
     pub signal: Signal,
     /// Model name, or `ensemble(a+b)`.
@@ -51,7 +51,8 @@ pub struct ForecastView {
     #[serde(skip)]
     pub start_unix: i64,
     pub step_secs: i64,
-    /// The look-ahead: the profile's cold start, in steps.
+    /// Steps forecast: the profile's cold start plus the refit interval, so the
+    /// look-ahead stays covered until the next refit.
     pub horizon_steps: usize,
     /// Observed points in the history the fit read (gaps not counted).
     pub history_points: usize,
@@ -67,7 +68,7 @@ struct Job {
     id: u64,
     key: String,
     signal: Signal,
-    /// How far ahead to forecast: the profile's cold start.
+    /// How far ahead to forecast: the profile's cold start plus the refit interval.
     lead_secs: f64,
     now: SystemTime,
     settings: Arc<ForecastSettings>,
@@ -123,7 +124,8 @@ impl Refitter {
             id,
             key: w.key(),
             signal: w.target.signal,
-            lead_secs: w.profile.cold_start_secs.total_secs(),
+            // Until the next refit, [now, now + cold start] must stay covered.
+            lead_secs: w.profile.cold_start_secs.total_secs() + settings.refit_interval.as_secs_f64(),
             now,
             settings: settings.clone(),
         };

@@ -25,7 +25,7 @@ use crate::{
 };
 
 /// What Foresight currently says about one workload.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct WorkloadState {
     pub namespace: String,
     pub name: String,
@@ -37,15 +37,23 @@ pub struct WorkloadState {
     pub metrics: MetricNames,
     /// Latest reading of each recorded signal, with its age at the last tick.
     pub signals: BTreeMap<Signal, SignalReading>,
-    /// The latest decision; `None` until a usable signal has been read.
+    /// The latest decision, the one KEDA is told; `None` until a usable signal has been read.
     pub decision: Option<Decision>,
+    /// Shadow (forecast-only) workloads: the predictive decision, reported but not acted on.
+    pub shadow: Option<Decision>,
+    /// What the reactive rule alone says now (for comparison; equals `decision` when reactive).
+    pub reactive_replicas: Option<u32>,
+    /// Pods that answered the latest scrape (scraped sources only): the replicas running.
+    pub pods: Option<u32>,
     /// When the decision was made.
     #[serde(serialize_with = "ser_time")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub decided_at: Option<SystemTime>,
     /// Why the latest poll gave no decision, if it did not.
     pub error: Option<String>,
     /// The latest forecast of the target signal over the cold-start look-ahead
     /// (refitted in the background, see [`crate::refit`]).
+    #[schema(value_type = Option<ForecastView>)]
     pub forecast: Option<Arc<ForecastView>>,
     /// Why the latest refit gave no forecast (e.g. no history yet, or the signal went silent); `forecast` is then `None`.
     pub forecast_error: Option<String>,
@@ -54,7 +62,7 @@ pub struct WorkloadState {
 }
 
 /// One node pool's answer: the placeholder count behind its KEDA metric.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PoolState {
     pub name: String,
     /// Metric name served for the pool (`foresight-pool-<name>-buffer`).
@@ -82,14 +90,14 @@ impl PoolState {
 }
 
 /// A signal's latest value and how old it was when the tick read it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SignalReading {
     pub value: f64,
     pub age_secs: f64,
 }
 
 /// The metric names of the two encodings.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct MetricNames {
     /// Value = desired replicas, target 1.
     pub replicas: String,
@@ -112,6 +120,9 @@ impl WorkloadState {
             },
             signals: BTreeMap::new(),
             decision: None,
+            shadow: None,
+            reactive_replicas: None,
+            pods: None,
             decided_at: None,
             error: None,
             forecast: None,

@@ -1,5 +1,16 @@
-//! Logging: `tracing` to stderr, filtered by `RUST_LOG` (default `info`).
+//! Foresight's own health: logs (`tracing` to stderr, filtered by `RUST_LOG`,
+//! default `info`) and the process-wide counters `/metrics` exposes beside
+//! the forecasts (source errors, gRPC requests and their latency).
+//!
+//! The counters are process globals: sources and the scaler bump them
+//! without threading a handle through every call, and `/metrics` reads them.
 
+use std::{sync::LazyLock, time::Instant};
+
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    registry::Registry,
+};
 use tracing_subscriber::{fmt, EnvFilter};
 
 /// Log line format.
@@ -17,4 +28,74 @@ pub fn init(format: LogFormat) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+struct Counters {
+    source_errors: Family<Labels, Counter>,
+    grpc_requests: Family<Labels, Counter>,
+    grpc_seconds: Family<Labels, Histogram>,
+}
+
+static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
+    source_errors: Family::default(),
+    grpc_requests: Family::default(),
+    // 50 us to ~1.6 s: GetMetrics answers from memory in microseconds.
+    grpc_seconds: Family::new_with_constructor(|| {
+        Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(5e-5, 2.0, 16))
+    }),
+});
+
+fn split_key(workload_key: &str) -> Labels {
+    let (ns, name) = workload_key.split_once('/').unwrap_or(("", workload_key));
+    vec![("namespace", ns.to_string()), ("workload", name.to_string())]
+}
+
+/// A source poll or query for this workload failed.
+pub fn source_error(workload_key: &str) {
+    COUNTERS.source_errors.get_or_create(&split_key(workload_key)).inc();
+}
+
+/// Times one gRPC call; [`GrpcTimer::done`] records it with its status code.
+pub struct GrpcTimer {
+    method: &'static str,
+    start: Instant,
+}
+
+impl GrpcTimer {
+    pub fn start(method: &'static str) -> GrpcTimer {
+        GrpcTimer { method, start: Instant::now() }
+    }
+
+    pub fn done<T>(self, result: &Result<T, tonic::Status>) {
+        let code = match result {
+            Ok(_) => tonic::Code::Ok,
+            Err(s) => s.code(),
+        };
+        let method = vec![("method", self.method.to_string())];
+        COUNTERS.grpc_seconds.get_or_create(&method).observe(self.start.elapsed().as_secs_f64());
+        let mut labels = method;
+        labels.push(("code", format!("{code:?}")));
+        COUNTERS.grpc_requests.get_or_create(&labels).inc();
+    }
+}
+
+/// Register the process counters (names as exposed, `foresight_` included).
+pub fn register(registry: &mut Registry) {
+    registry.register(
+        "foresight_source_errors",
+        "Failed source polls and queries (scrapes with no target answering, Prometheus errors)",
+        COUNTERS.source_errors.clone(),
+    );
+    registry.register(
+        "foresight_grpc_requests",
+        "KEDA scaler calls by method and gRPC code",
+        COUNTERS.grpc_requests.clone(),
+    );
+    registry.register(
+        "foresight_grpc_request_duration_seconds",
+        "KEDA scaler call latency (to the first message for streams)",
+        COUNTERS.grpc_seconds.clone(),
+    );
 }

@@ -236,3 +236,16 @@ fn every_capacity_buffer_warms_whole_nodes_of_a_configured_pool() {
     assert_eq!(pc["value"].as_i64(), Some(-10));
     assert_eq!(pc["preemptionPolicy"].as_str(), Some("Never"));
 }
+
+#[test]
+fn the_service_monitor_scrapes_the_foresight_service_http_port() {
+    let docs = docs();
+    let sm = find(&docs, "ServiceMonitor", "foresight", "foresight");
+    let svc = find(&docs, "Service", "foresight", "foresight");
+    for (k, v) in sm["spec"]["selector"]["matchLabels"].as_mapping().unwrap() {
+        assert_eq!(&svc["metadata"]["labels"][k.as_str().unwrap()], v, "the ServiceMonitor selects the Service");
+    }
+    let port = s(sm, "spec.endpoints.0.port");
+    assert!(svc["spec"]["ports"].as_sequence().unwrap().iter().any(|p| p["name"] == port), "port {port}");
+    assert_eq!(s(sm, "spec.endpoints.0.path"), "/metrics");
+}

@@ -1,62 +1,104 @@
-//! The HTTP server: health and readiness for Kubernetes probes, and a JSON
-//! view of what Foresight currently decides for each workload.
+//! The HTTP server: health and readiness for Kubernetes probes, the JSON API
+//! (workloads, forecasts, plans, history, pools), its OpenAPI document
+//! (generated from these handlers, so it cannot drift), Prometheus
+//! `/metrics`, and a small built-in page at `/ui`.
+//!
+//! Handlers read the published snapshot; only history reads the store.
+//! Errors are `application/problem+json` ([`problem::Problem`]).
+
+pub mod metrics;
+pub mod problem;
+mod ui;
+pub mod workloads;
 
 use std::sync::Arc;
 
-use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Json, Router};
+use axum::{
+    extract::State,
+    http::{header, StatusCode},
+    response::IntoResponse,
+    routing::get,
+    Json, Router,
+};
 use serde::Serialize;
+use utoipa::{OpenApi, ToSchema};
 
-use crate::state::{PoolState, Registry, WorkloadState};
+use crate::{
+    capacity::Plan,
+    state::{PoolState, Registry},
+    store::Store,
+};
+use problem::Problem;
+
+/// What handlers share.
+#[derive(Clone)]
+pub struct ApiState {
+    pub registry: Arc<Registry>,
+    pub store: Arc<Store>,
+    metrics: Arc<metrics::Exposition>,
+}
+
+/// The OpenAPI document of the JSON API.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Foresight API", description = "Forecasts, replica and node plans, and why each decision was made."),
+    paths(workloads::list, workloads::forecast, workloads::plan, workloads::history, pools, plan),
+    components(schemas(Problem))
+)]
+pub struct ApiDoc;
 
 /// The HTTP routes, as a value (testable with `tower::ServiceExt::oneshot`).
-pub fn router(registry: Arc<Registry>) -> Router {
+pub fn router(registry: Arc<Registry>, store: Arc<Store>) -> Router {
+    let state = ApiState { metrics: Arc::new(metrics::Exposition::new(registry.clone())), registry, store };
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/api/v1/workloads", get(workloads))
+        .route("/metrics", get(metrics::serve))
+        .route("/api/v1/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .route("/api/v1/workloads", get(workloads::list))
+        .route("/api/v1/workloads/{name}/forecast", get(workloads::forecast))
+        .route("/api/v1/workloads/{name}/plan", get(workloads::plan))
+        .route("/api/v1/workloads/{name}/history", get(workloads::history))
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/plan", get(plan))
-        .with_state(registry)
+        .merge(ui::routes())
+        .fallback(|| async { Problem::not_found("no such route; the API is described at /api/v1/openapi.json") })
+        .with_state(state)
 }
 
-/// Ready once every workload has been decided at least once.
-async fn readyz(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
-    if registry.load().ready {
-        (StatusCode::OK, "ready\n")
+/// Ready once every workload has been decided at least once: KEDA reaches
+/// only ready pods, so readiness gates on the scaler having answers, not on
+/// forecasts (those can take minutes for thousands of workloads; until one
+/// exists a workload's answer is the reactive one, and says so).
+async fn readyz(State(s): State<ApiState>) -> impl IntoResponse {
+    let snap = s.registry.load();
+    let pending = snap.workloads().iter().filter(|w| w.forecast.is_none() && w.forecast_error.is_none()).count();
+    if snap.ready {
+        (StatusCode::OK, format!("ready; {pending} workloads still waiting for their first forecast\n"))
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: some workloads have no decision yet\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready: some workloads have no decision yet\n".to_string())
     }
 }
 
-#[derive(Serialize)]
-struct WorkloadList<'a> {
-    workloads: Vec<&'a WorkloadState>,
-}
-
-async fn workloads(State(registry): State<Arc<Registry>>) -> Result<Json<serde_json::Value>, StatusCode> {
-    let snap = registry.load();
-    let list = WorkloadList { workloads: snap.workloads().into_iter().map(Arc::as_ref).collect() };
-    serde_json::to_value(list).map(Json).map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)
-}
-
-#[derive(Serialize)]
-struct PoolList<'a> {
-    pools: Vec<&'a PoolState>,
+#[derive(Serialize, ToSchema)]
+pub struct PoolList {
+    pub pools: Vec<PoolState>,
 }
 
 /// Pools, their reservations, and the plan's use of them: the desired
 /// CapacityBuffer / balloon count is `capacity_buffer_replicas`.
-async fn pools(State(registry): State<Arc<Registry>>) -> Result<Json<serde_json::Value>, StatusCode> {
-    let snap = registry.load();
-    let list = PoolList { pools: snap.pools().into_iter().map(Arc::as_ref).collect() };
-    serde_json::to_value(list).map(Json).map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)
+#[utoipa::path(get, path = "/api/v1/pools", tag = "capacity", responses((status = 200, body = PoolList)))]
+pub async fn pools(State(s): State<ApiState>) -> Json<PoolList> {
+    let snap = s.registry.load();
+    Json(PoolList { pools: snap.pools().into_iter().map(|p| p.as_ref().clone()).collect() })
 }
 
-/// The whole node plan: per pool and per workload, with reasons. 404 when no pools are configured.
-async fn plan(State(registry): State<Arc<Registry>>) -> Result<Json<serde_json::Value>, (StatusCode, &'static str)> {
-    let snap = registry.load();
-    let plan = snap.plan.as_ref().ok_or((StatusCode::NOT_FOUND, "no node plan: no `pools` are configured\n"))?;
-    serde_json::to_value(plan.as_ref())
-        .map(Json)
-        .map_err(|_| (StatusCode::INTERNAL_SERVER_ERROR, "could not encode the plan\n"))
+/// The whole node plan: per pool and per workload, with reasons.
+#[utoipa::path(get, path = "/api/v1/plan", tag = "capacity",
+    responses((status = 200, body = Plan),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "No pools are configured")))]
+pub async fn plan(State(s): State<ApiState>) -> Result<impl IntoResponse, Problem> {
+    let snap = s.registry.load();
+    let plan = snap.plan.clone().ok_or_else(|| Problem::not_found("no node plan: no `pools` are configured"))?;
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(plan.as_ref().clone())))
 }

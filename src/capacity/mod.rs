@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 pub use plan::{limits_at, plan, Demand, Plan, PlanInput, PoolPlan, WorkloadPlan};
 
 /// How a pool's nodes are bought.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CapacityType {
     /// Only nodes covered by a reservation exist (capacity blocks, committed nodes).
@@ -38,7 +38,7 @@ impl CapacityType {
 }
 
 /// A group of identical GPU nodes (a Karpenter NodePool, a cloud node group).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Pool {
     pub name: String,
     /// GPU product, matched against a profile's `gpu_type`.
@@ -57,15 +57,17 @@ pub struct Pool {
 }
 
 /// Nodes of a pool bought for a window of time.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Reservation {
     pub name: String,
     pub pool: String,
     pub nodes: u32,
     /// Unix seconds; the reservation covers [start, end).
     #[serde(serialize_with = "crate::time::ser_unix")]
+    #[schema(value_type = String, format = DateTime)]
     pub start: i64,
     #[serde(serialize_with = "crate::time::ser_unix")]
+    #[schema(value_type = String, format = DateTime)]
     pub end: i64,
     /// Already paid for, whether used or not: using it costs nothing more.
     pub paid: bool,

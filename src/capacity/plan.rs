@@ -42,9 +42,10 @@ pub struct PlanInput<'a> {
     pub demands: &'a [Demand],
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Plan {
     #[serde(serialize_with = "crate::time::ser_unix")]
+    #[schema(value_type = String, format = DateTime)]
     pub now: i64,
     pub step_secs: i64,
     pub pools: Vec<PoolPlan>,
@@ -52,7 +53,7 @@ pub struct Plan {
 }
 
 /// One pool's side of the plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct PoolPlan {
     pub name: String,
     pub capacity_type: CapacityType,
@@ -74,19 +75,21 @@ pub struct PoolPlan {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Order {
     /// Unix seconds.
     #[serde(serialize_with = "crate::time::ser_unix")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: i64,
     pub nodes: u32,
     /// When they are needed (`at` + provisioning).
     #[serde(serialize_with = "crate::time::ser_unix")]
+    #[schema(value_type = String, format = DateTime)]
     pub needed_at: i64,
 }
 
 /// One workload's side of the plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct WorkloadPlan {
     pub workload: String,
     /// Replicas per pool at node step 0 (serving at now + pod start).

@@ -162,6 +162,8 @@ pub struct Workload {
     /// Signals older than this give no decision.
     pub stale_after: Duration,
     pub source: SourceConfig,
+    /// Forecast-only: KEDA gets the reactive answer, the predictive one is reported beside it.
+    pub shadow: bool,
 }
 
 /// The signal a workload is sized on, and how much of it one replica handles.
@@ -446,6 +448,7 @@ fn validate(
             activation_threshold,
             stale_after,
             source: w.source,
+            shadow: w.shadow,
         }));
     }
 

@@ -338,6 +338,9 @@ pub struct RawWorkload {
     /// Where the signals come from, as a one-key map: `source: {demo: {...}}`.
     #[serde(with = "serde_yaml_ng::with::singleton_map")]
     pub source: SourceConfig,
+    /// Forecast-only: compute and report the predictive answer, tell KEDA the reactive one.
+    #[serde(default)]
+    pub shadow: bool,
 }
 
 fn default_namespace() -> String {

@@ -108,7 +108,7 @@ impl Seasons {
 }
 
 /// How much history the forecast had to work with, and so what it can model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Regime {
     /// Two or more cycles of every season (daily and weekly).
@@ -166,7 +166,7 @@ pub trait Fitted: Send + Sync {
 }
 
 /// One quantile's forecast.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct QuantileForecast {
     pub quantile: f64,
     pub values: Vec<f64>,

@@ -14,7 +14,7 @@ pub mod reactive;
 use serde::Serialize;
 
 /// Which policy produced a decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Policy {
     Reactive,

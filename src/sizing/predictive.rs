@@ -68,7 +68,7 @@ pub struct Input<'a> {
 }
 
 /// What set the answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Binding {
     /// The forecast peak over the look-ahead.
@@ -84,7 +84,7 @@ pub enum Binding {
 }
 
 /// A predictive decision and everything that went into it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Sizing {
     /// Replicas demand needs now (before min/max and stabilisation).
     pub needed_replicas: u32,

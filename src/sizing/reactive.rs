@@ -24,7 +24,7 @@ pub struct Input {
 }
 
 /// Which bound, if any, changed the raw answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Bound {
     MinReplicas,
@@ -32,7 +32,7 @@ pub enum Bound {
 }
 
 /// A sizing decision and why it was made.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Decision {
     pub policy: Policy,
     /// Replicas to run, after min/max.

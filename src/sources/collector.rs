@@ -30,6 +30,11 @@ pub fn series(workload_key: &str, signal: Signal) -> String {
     format!("{workload_key}/{signal}")
 }
 
+/// The latest-only series of how many pods answered a workload's scrape.
+pub fn pods_series(workload_key: &str) -> String {
+    format!("{workload_key}/pods")
+}
+
 fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
 }
@@ -62,7 +67,10 @@ async fn scrape_loop(
             _ = every.tick() => {}
         }
         let now = SystemTime::now();
-        match scraper.poll(now).await {
+        let polled = scraper.poll(now).await;
+        // Pods answering are the replicas running, for the replicas panel; not history.
+        store.set_latest(&pods_series(&key), now, scraper.last_round.1 as f64);
+        match polled {
             Ok(signals) => {
                 for s in &w.signals {
                     if let Some(v) = signals.get(*s) {
@@ -70,7 +78,10 @@ async fn scrape_loop(
                     }
                 }
             }
-            Err(e) => warn!(workload = %key, error = %e, "poll failed"),
+            Err(e) => {
+                crate::telemetry::source_error(&key);
+                warn!(workload = %key, error = %e, "poll failed")
+            }
         }
     }
 }
@@ -153,6 +164,7 @@ async fn prometheus_loop(
                     }
                     Err(e) => {
                         // Retried from the same bucket next poll: history is not skipped.
+                        crate::telemetry::source_error(&key);
                         warn!(workload = %key, signal = %s, error = %e, "query_range failed");
                         break;
                     }
@@ -164,7 +176,10 @@ async fn prometheus_loop(
             match client.instant(&query, now).await {
                 Ok(Some(v)) if v.is_finite() => store.set_latest(&name, now, v),
                 Ok(_) => {}
-                Err(e) => warn!(workload = %key, signal = %s, error = %e, "instant query failed"),
+                Err(e) => {
+                    crate::telemetry::source_error(&key);
+                    warn!(workload = %key, signal = %s, error = %e, "instant query failed")
+                }
             }
         }
         first = false;

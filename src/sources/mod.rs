@@ -20,7 +20,7 @@ use std::{collections::BTreeMap, fmt, time::Duration};
 use serde::{Deserialize, Serialize};
 
 /// A demand signal Foresight reads for a workload, named as in config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Signal {
     /// In-flight requests: running plus waiting (vLLM `num_requests_running + num_requests_waiting`).

@@ -245,3 +245,51 @@ impl ClosedPort {
         ClosedPort { _socket: socket, url }
     }
 }
+
+pub const KEY: &str = "inference/llama-8b";
+pub const DAY: f64 = 86_400.0;
+
+/// llama-8b with three days of a daily cycle in history and a forecast
+/// fitted; an on-demand pool and a reserved one (one node) configured; `extra` edits the config.
+pub fn forecast_ready(
+    edit: impl Fn(String) -> String,
+) -> (Arc<foresight::state::Registry>, Arc<foresight::store::Store>, foresight::engine::Engine, std::time::SystemTime) {
+    let pools = "pools:
+  - {name: h100-reserved, gpu_type: nvidia-h100-80gb, gpus_per_node: 8, capacity_type: reserved, provisioning_secs: 0}
+  - {name: h100, gpu_type: nvidia-h100-80gb, gpus_per_node: 8, capacity_type: on-demand, price_per_node_hour: 98, provisioning_secs: 600}
+reservations:
+  - {name: block, pool: h100-reserved, nodes: 1, start: 2026-01-01T00:00:00Z, end: 2030-01-01T00:00:00Z}
+workloads:";
+    let yaml = edit(known_answers().replacen("workloads:", pools, 1));
+    let settings = foresight::config::Settings::from_yaml(&yaml, "test", Path::new(".")).unwrap();
+    let store = Arc::new(foresight::store::Store::open(Default::default()).unwrap());
+    let registry = foresight::state::Registry::new();
+    let mut engine = foresight::engine::Engine::new(&settings, registry.clone(), store.clone());
+    // History up to a whole minute a little before the wall clock, so the history endpoint sees it.
+    let now_secs = ((std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() / 60.0)
+        .floor())
+        * 60.0;
+    let demand = |t: f64| 100.0 + 60.0 * (2.0 * std::f64::consts::PI * t / DAY).sin();
+    let start = now_secs - 3.0 * DAY;
+    let values: Vec<f64> = (0..3 * 1440).map(|i| demand(start + 60.0 * i as f64)).collect();
+    let series = format!("{KEY}/concurrency");
+    store.backfill(&series, std::time::UNIX_EPOCH + Duration::from_secs_f64(start), &values).unwrap();
+    let now = std::time::UNIX_EPOCH + Duration::from_secs_f64(now_secs);
+    store.set_latest(&series, now, demand(now_secs));
+    // As the scrape collector records it: three pods answered.
+    store.set_latest(&foresight::sources::collector::pods_series(KEY), now, 3.0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        engine.tick(now);
+        // Done once a tick after the forecast sized the workload (reported in `shadow` in shadow mode).
+        let done = registry.load().get(KEY).is_some_and(|s| {
+            s.forecast.is_some() && (s.shadow.is_some() || s.decision.as_ref().is_some_and(|d| d.sizing.is_some()))
+        });
+        if done {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no forecast in time");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (registry, store, engine, now)
+}
