@@ -3,18 +3,21 @@
 //! Data flows `sources` (pull signals) -> `store` (history) -> `forecast`
 //! (refitted in the background by `refit`) -> `engine` (decide each tick,
 //! using `sizing`) -> `state` (precomputed answers) -> `scaler` (KEDA gRPC)
-//! and `api` (HTTP). `config` is the one typed, validated input.
+//! and `api` (HTTP). `config` is the one typed, validated input. `sim`
+//! replays demand traces against policies, using the same decision code.
 
 pub mod api;
 pub mod app;
 pub mod capacity;
 pub mod cli_forecast;
+pub mod cli_sim;
 pub mod cli_tools;
 pub mod config;
 pub mod engine;
 pub mod forecast;
 pub mod refit;
 pub mod scaler;
+pub mod sim;
 pub mod sizing;
 pub mod sources;
 pub mod state;

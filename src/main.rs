@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use foresight::{
     app::{self, ConfigSource},
     cli_forecast::{run_backtest, run_forecast, BacktestArgs, CsvInput, ForecastArgs},
+    cli_sim::{run_simulate, PolicyName, SimulateArgs, TraceInput},
     cli_tools::{history, sim_export, sim_serve},
     config::Settings,
     telemetry::{self, LogFormat},
@@ -92,6 +93,84 @@ enum Command {
     /// Simulated vLLM pods, for trying Foresight or feeding a Prometheus.
     #[command(subcommand)]
     VllmSim(SimCommand),
+    /// Replay a demand trace against scaling policies; report GPU-hours and SLO attainment.
+    Simulate(Box<SimulateCli>),
+}
+
+#[derive(clap::Args)]
+struct SimulateCli {
+    /// Demand shape: a CSV series (`timestamp,value`, e.g. a NAB trace); omit for --synthetic.
+    #[arg(long, required_unless_present = "synthetic")]
+    trace: Option<PathBuf>,
+    #[arg(long, default_value = "timestamp")]
+    time_col: String,
+    #[arg(long, default_value = "value")]
+    value_col: String,
+    /// Use the built-in generator (daily + weekly cycles, bursts, level shift) instead of a trace.
+    #[arg(long, conflicts_with = "trace")]
+    synthetic: bool,
+    /// Synthetic: days to generate.
+    #[arg(long, default_value_t = 21.0)]
+    days: f64,
+    /// Synthetic: day on which the level shifts (x1.5).
+    #[arg(long)]
+    level_shift_day: Option<f64>,
+    /// Seed for the arrivals (and the synthetic generator).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Request log in the Azure LLM trace format: token mix and minute-level bursts.
+    #[arg(long)]
+    requests: Option<PathBuf>,
+    /// Scale the trace so its 99th percentile minute has this many requests per second.
+    #[arg(long, default_value_t = 150.0)]
+    peak_rps: f64,
+    /// A built-in profile name or a profile YAML file.
+    #[arg(long, default_value = "llama-3.1-8b-h100")]
+    model_profile: String,
+    /// Policies to compare (comma separated).
+    #[arg(long = "policy", value_enum, value_delimiter = ',', default_value = "static,reactive,predictive,oracle")]
+    policies: Vec<PolicyName>,
+    /// What the reactive trigger watches: `concurrency` (running + waiting) or `request_rate`.
+    #[arg(long, default_value = "concurrency")]
+    reactive_signal: String,
+    /// Reactive thresholds per replica (concurrency), comma separated: one
+    /// reactive policy each. Default the profile's concurrency.
+    #[arg(long = "reactive-target", value_delimiter = ',')]
+    reactive_targets: Vec<f64>,
+    /// Forecast quantiles the predictive policy sizes for, comma separated: one predictive policy each.
+    #[arg(long = "quantile", value_delimiter = ',', default_value = "0.9")]
+    quantiles: Vec<f64>,
+    /// Forecast step of the predictive policy (`serve` forecasts at the store's resolution, 1m by default).
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    forecast_step: std::time::Duration,
+    /// History observed before the scored window (the forecaster's warm-up).
+    #[arg(long, default_value = "14d", value_parser = humantime::parse_duration)]
+    warmup: std::time::Duration,
+    /// Score at most this long after the warm-up (default: the rest of the trace).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<std::time::Duration>,
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// On-demand price per node-hour (default: 8 GPUs at 4.00 per GPU-hour).
+    #[arg(long, default_value_t = 32.0)]
+    node_price: f64,
+    /// Reserved nodes, always up and always paid.
+    #[arg(long, default_value_t = 0)]
+    reserved_nodes: u32,
+    #[arg(long, default_value_t = 20.0)]
+    reserved_price: f64,
+    /// Node provisioning time (default the profile's node_boot).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    node_boot: Option<std::time::Duration>,
+    /// Simulation step in seconds (must divide a minute).
+    #[arg(long, default_value_t = 1.0)]
+    step: f64,
+    /// Write summary.json and timeline.csv here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// A time series in a CSV file with a header row.
@@ -182,6 +261,43 @@ fn main() -> ExitCode {
         Command::Forecast { csv, shape: ShapeArgs { horizon, seasons }, model, quantiles, json } => {
             let args = ForecastArgs { input: csv.into(), horizon, seasons, model, quantiles, json };
             report(run_forecast(&args, &mut std::io::stdout().lock()))
+        }
+        Command::Simulate(a) => {
+            let a = *a;
+            let trace = match a.trace {
+                Some(csv) => {
+                    TraceInput::Series(CsvInput { path: csv, time_col: a.time_col, value_col: a.value_col, freq: None })
+                }
+                None => TraceInput::Synthetic(foresight::sim::Synthetic {
+                    days: a.days,
+                    level_shift_day: a.level_shift_day,
+                    seed: a.seed,
+                    ..Default::default()
+                }),
+            };
+            let args = SimulateArgs {
+                trace,
+                requests: a.requests,
+                peak_rps: a.peak_rps,
+                profile: a.model_profile,
+                policies: a.policies,
+                reactive_signal: a.reactive_signal,
+                reactive_targets: a.reactive_targets,
+                quantiles: a.quantiles,
+                forecast_step: a.forecast_step,
+                warmup: a.warmup,
+                duration: a.duration,
+                gpus_per_node: a.gpus_per_node,
+                node_price: a.node_price,
+                reserved_nodes: a.reserved_nodes,
+                reserved_price: a.reserved_price,
+                node_boot: a.node_boot,
+                seed: a.seed,
+                step_secs: a.step,
+                out: a.out,
+                json: a.json,
+            };
+            report(run_simulate(&args, &mut std::io::stdout().lock()))
         }
         Command::VllmSim(SimCommand::Export { fleet, origin, from, to, step, pod_labels }) => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());

@@ -208,6 +208,39 @@ impl Settings {
 }
 
 /// Built-in profiles, then those in `dir` (which override by name).
+/// One capacity profile: a YAML file at `arg`, or a built-in profile by name.
+pub fn load_profile(arg: &str) -> Result<Profile, ConfigError> {
+    let path = Path::new(arg);
+    let (origin, text) = if path.is_file() {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| ConfigError::Read { path: path.display().to_string(), error })?;
+        (path.display().to_string(), text)
+    } else {
+        let builtin = load_profiles(None)?;
+        return builtin.get(arg).cloned().ok_or_else(|| {
+            ConfigError::Invalid(vec![Problem {
+                origin: "--model-profile".into(),
+                field: arg.to_string(),
+                message: format!(
+                    "is neither a file nor a built-in profile (built in: {})",
+                    builtin.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            }])
+        });
+    };
+    let profile: Profile = yaml::parse(&text, &origin)?;
+    let problems: Vec<Problem> = profile
+        .problems()
+        .into_iter()
+        .map(|(field, message)| Problem { origin: origin.clone(), field: field.to_string(), message })
+        .collect();
+    if problems.is_empty() {
+        Ok(profile)
+    } else {
+        Err(ConfigError::Invalid(problems))
+    }
+}
+
 fn load_profiles(dir: Option<&Path>) -> Result<BTreeMap<String, Profile>, ConfigError> {
     let mut texts: Vec<(String, String)> =
         BUILTIN_PROFILES.iter().map(|(file, text)| (format!("models/{file} (built in)"), text.to_string())).collect();

@@ -183,9 +183,15 @@ pub fn size(i: &Input<'_>) -> Option<Sizing> {
     let (peak_k, peak) =
         window.iter().copied().enumerate().fold((0, 0.0f64), |best, (k, v)| if v > best.1 { (k, v) } else { best });
     let forecast_replicas = replicas_for(i, peak);
-    // The live signal plus any queue it does not already count.
+    // The live signal plus any queue it does not already count. For arrivals,
+    // enough extra replicas to drain the backlog within the look-ahead (new
+    // replicas cannot help sooner); a slot per waiting request would turn a
+    // short burst into a fleet that idles for the whole stabilisation window.
     let queue_extra = match (i.signal, i.queue) {
         (Signal::Concurrency | Signal::QueueDepth, _) | (_, None) => 0.0,
+        (Signal::RequestRate, Some(q)) if q.is_finite() && q > 0.0 => {
+            (q / (i.per_replica * i.lookahead_secs.max(60.0))).ceil()
+        }
         (_, Some(q)) if q.is_finite() && q > 0.0 => (q / i.slots_per_replica.max(1.0)).ceil(),
         _ => 0.0,
     };

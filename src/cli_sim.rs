@@ -1,0 +1,317 @@
+//! `foresight simulate`: load a trace, build the policies, run them side by
+//! side and print the comparison. The I/O edge around [`crate::sim`].
+
+use std::{io::Write, path::PathBuf, time::Duration};
+
+use anyhow::{bail, Context};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Poisson};
+use serde::Serialize;
+
+use crate::{
+    cli_forecast::{read_csv, CsvInput},
+    config::load_profile,
+    sim::{
+        self,
+        policy::{Oracle, Policy, Predictive, PredictiveConfig, Reactive, ReactiveSignal, Static},
+        Capacity, Demand, HpaConfig, Pool, Run, SimConfig, Synthetic, TokenMix,
+    },
+    vllm_sim::demand::load_trace,
+};
+
+/// Which policy to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyName {
+    Static,
+    Reactive,
+    Predictive,
+    Oracle,
+}
+
+/// The trace's form: a rate series, or a request log.
+#[derive(Debug, Clone)]
+pub enum TraceInput {
+    /// `timestamp,value` (or the named columns): the shape of the arrival rate.
+    Series(CsvInput),
+    /// The built-in generator.
+    Synthetic(Synthetic),
+}
+
+/// What `foresight simulate` runs.
+#[derive(Debug, Clone)]
+pub struct SimulateArgs {
+    pub trace: TraceInput,
+    /// A request log (Azure LLM trace format) for the token mix and minute-level bursts.
+    pub requests: Option<PathBuf>,
+    /// The 99th percentile minute's arrivals per second, after scaling a series.
+    pub peak_rps: f64,
+    pub profile: String,
+    pub policies: Vec<PolicyName>,
+    pub reactive_signal: String,
+    /// Per-replica targets for the concurrency trigger, one reactive policy
+    /// each; default the profile's concurrency.
+    pub reactive_targets: Vec<f64>,
+    /// Forecast quantiles to size for, one predictive policy each.
+    pub quantiles: Vec<f64>,
+    /// The predictive policy's forecast step.
+    pub forecast_step: Duration,
+    /// Observed before the simulated window (history for the forecaster), not scored.
+    pub warmup: Duration,
+    /// Simulate at most this long after the warm-up.
+    pub duration: Option<Duration>,
+    pub gpus_per_node: u32,
+    pub node_price: f64,
+    pub reserved_nodes: u32,
+    pub reserved_price: f64,
+    pub node_boot: Option<Duration>,
+    pub seed: u64,
+    pub step_secs: f64,
+    pub out: Option<PathBuf>,
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    trace: String,
+    profile: &'a str,
+    peak_rps: f64,
+    warmup_minutes: usize,
+    token_mix: TokenMix,
+    capacity: &'a Capacity,
+    pool: &'a Pool,
+    sim: &'a SimConfig,
+    reports: Vec<&'a sim::Report>,
+}
+
+/// Run the comparison and print a table (or JSON) to `out`.
+pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let profile = load_profile(&args.profile).context("loading the model profile")?;
+    let (mix, bursts) = match &args.requests {
+        Some(p) => {
+            let rows = load_trace(p).map_err(anyhow::Error::msg).context("reading --requests")?;
+            (TokenMix::of_requests(&rows).context("empty request log")?, Some(rows))
+        }
+        None => (TokenMix::azure_conversation(), None),
+    };
+    let (mut full, trace_name) = match &args.trace {
+        TraceInput::Series(input) => {
+            let loaded = read_csv(input)?;
+            (Demand::from_series(&loaded.series, args.peak_rps, mix)?, input.path.display().to_string())
+        }
+        TraceInput::Synthetic(g) => (g.generate(mix)?, format!("synthetic(seed {})", g.seed)),
+    };
+    if let Some(rows) = &bursts {
+        full = full.with_bursts(rows, 0)?;
+    }
+    let warm = (args.warmup.as_secs() / 60) as usize;
+    if warm >= full.minutes() {
+        bail!(
+            "the trace spans {} minutes, all of them inside the {}-minute warm-up: shorten --warmup",
+            full.minutes(),
+            warm
+        );
+    }
+    let end = args.duration.map_or(full.minutes(), |d| (warm + (d.as_secs() / 60) as usize).min(full.minutes()));
+    let window = full.window(warm, end);
+    let history = observed(&full.rate[..warm], args.seed);
+
+    let pool = Pool {
+        gpus_per_node: args.gpus_per_node,
+        provisioning_secs: args.node_boot.map_or(profile.cold_start_secs.node_boot, |d| d.as_secs_f64()),
+        price_per_node_hour: args.node_price,
+        reserved_nodes: args.reserved_nodes,
+        reserved_price_per_node_hour: args.reserved_price,
+    };
+    let cap = Capacity::new(&profile, mix, &pool)?;
+    let cfg = SimConfig { seed: args.seed, step_secs: args.step_secs, ..SimConfig::default() };
+    if let Some(t) = args.reactive_targets.iter().find(|t| !(t.is_finite() && **t > 0.0)) {
+        bail!("--reactive-target must be a number > 0, got {t}");
+    }
+    let targets = if args.reactive_targets.is_empty() { vec![cap.slots] } else { args.reactive_targets.clone() };
+    let signals: Vec<ReactiveSignal> = match args.reactive_signal.as_str() {
+        "concurrency" => targets.iter().map(|t| ReactiveSignal::Concurrency { target: *t }).collect(),
+        "request_rate" => vec![ReactiveSignal::RequestRate],
+        other => bail!("--reactive-signal {other:?}: expected concurrency or request_rate"),
+    };
+
+    let mut policies: Vec<(Box<dyn Policy + Send>, SimConfig)> = Vec::new();
+    for name in &args.policies {
+        if *name == PolicyName::Predictive {
+            for q in &args.quantiles {
+                let p = Predictive::new(
+                    PredictiveConfig {
+                        lookahead_secs: cap.cold_start_secs(),
+                        quantile: *q,
+                        bucket_secs: args.forecast_step.as_secs() as i64,
+                        ..PredictiveConfig::default()
+                    },
+                    &cap,
+                )?;
+                // Foresight stabilises scale-down itself, so its ScaledObject sets the
+                // HPA's window to 0 (deploy/keda/scaledobject.yaml).
+                let hpa = HpaConfig { scale_down_window_secs: 0.0, ..HpaConfig::default() };
+                policies.push((Box::new(p), SimConfig { hpa: Some(hpa), ..cfg.clone() }));
+            }
+            continue;
+        }
+        if *name == PolicyName::Reactive {
+            for signal in &signals {
+                policies.push((Box::new(Reactive { signal: *signal, cap: cap.clone() }), cfg.clone()));
+            }
+            continue;
+        }
+        let p: (Box<dyn Policy + Send>, SimConfig) = match name {
+            PolicyName::Static => (Box::new(Static::at_peak(&window, &cap)), cfg.clone()),
+            PolicyName::Reactive => continue,
+            // Foresight stabilises scale-down itself, so its ScaledObject sets the
+            // HPA's window to 0 (deploy/keda/scaledobject.yaml).
+            PolicyName::Predictive => continue,
+            PolicyName::Oracle => (Box::new(Oracle::new(&window, &cap, cap.cold_start_secs())), cfg.clone()),
+        };
+        policies.push(p);
+    }
+
+    let bar = indicatif::ProgressBar::new((window.minutes() * policies.len()) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} simulating [{bar:30}] {percent}% of minutes, {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let runs: Vec<anyhow::Result<Run>> = std::thread::scope(|s| {
+        let handles: Vec<_> = policies
+            .into_iter()
+            .map(|(mut p, c)| {
+                let (window, history, cap, pool, bar) = (&window, &history, &cap, &pool, &bar);
+                s.spawn(move || {
+                    sim::simulate(window, history, cap, pool, &c, p.as_mut(), &mut |_| bar.inc(1))
+                        .map_err(anyhow::Error::from)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a policy run panicked"))))
+            .collect()
+    });
+    bar.finish_and_clear();
+    let runs: Vec<Run> = runs.into_iter().collect::<anyhow::Result<_>>()?;
+
+    let summary = Summary {
+        trace: trace_name,
+        profile: &profile.name,
+        peak_rps: args.peak_rps,
+        warmup_minutes: warm,
+        token_mix: mix,
+        capacity: &cap,
+        pool: &pool,
+        sim: &cfg,
+        reports: runs.iter().map(|r| &r.report).collect(),
+    };
+    if let Some(dir) = &args.out {
+        write_outputs(dir, &summary, &runs)?;
+    }
+    if args.json {
+        serde_json::to_writer_pretty(&mut *out, &summary)?;
+        writeln!(out)?;
+    } else {
+        print_table(out, &summary, &runs)?;
+    }
+    Ok(())
+}
+
+/// What the fleet saw during the warm-up: Poisson arrivals per minute, as a rate.
+fn observed(rate: &[f64], seed: u64) -> Vec<f64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0f_ba5e);
+    rate.iter()
+        .map(|r| if *r > 0.0 { Poisson::new(r * 60.0).map_or(*r, |p| p.sample(&mut rng) / 60.0) } else { 0.0 })
+        .collect()
+}
+
+fn print_table(out: &mut dyn Write, s: &Summary<'_>, runs: &[Run]) -> anyhow::Result<()> {
+    let days = runs.first().map_or(0.0, |r| r.report.minutes as f64 / 1440.0);
+    writeln!(
+        out,
+        "{}: {:.1} days simulated after a {:.1}-day warm-up; {} ({} GPU/replica, {:.1} req/s per replica at {} slots, {:.0} s cold start); peak {} req/s",
+        s.trace,
+        days,
+        s.warmup_minutes as f64 / 1440.0,
+        s.profile,
+        s.capacity.gpus_per_replica,
+        s.capacity.requests_per_sec,
+        s.capacity.slots,
+        s.capacity.cold_start_secs(),
+        s.peak_rps
+    )?;
+    let oracle = runs.iter().find(|r| r.report.policy == "oracle").map(|r| r.report.gpu_hours);
+    writeln!(
+        out,
+        "{:<28} {:>10} {:>8} {:>10} {:>9} {:>10} {:>8} {:>10} {:>9} {:>9}",
+        "policy",
+        "GPU-hours",
+        "x oracle",
+        "cost",
+        "SLO met",
+        "viol. min",
+        "cold st",
+        "peak queue",
+        "idle GPUh",
+        "dropped"
+    )?;
+    for r in runs.iter().map(|r| &r.report) {
+        let ratio = oracle.filter(|o| *o > 0.0).map_or("-".to_string(), |o| format!("{:.2}", r.gpu_hours / o));
+        writeln!(
+            out,
+            "{:<28} {:>10.1} {:>8} {:>10.0} {:>8.3}% {:>10} {:>8} {:>10.0} {:>9.1} {:>9.0}",
+            r.policy,
+            r.gpu_hours,
+            ratio,
+            r.cost,
+            r.slo_attainment * 100.0,
+            r.violation_minutes,
+            r.cold_starts,
+            r.peak_queue,
+            r.idle_gpu_hours,
+            r.dropped
+        )?;
+    }
+    Ok(())
+}
+
+fn write_outputs(dir: &std::path::Path, s: &Summary<'_>, runs: &[Run]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("summary.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(s)?).with_context(|| format!("writing {}", path.display()))?;
+    let path = dir.join("timeline.csv");
+    let mut w = csv::Writer::from_path(&path).with_context(|| format!("writing {}", path.display()))?;
+    w.write_record([
+        "policy",
+        "minute",
+        "unix",
+        "demand_rps",
+        "arrived_rps",
+        "replicas",
+        "ready_replicas",
+        "nodes",
+        "queue",
+        "attainment",
+    ])?;
+    for run in runs {
+        for m in &run.timeline {
+            w.write_record([
+                run.report.policy.clone(),
+                m.minute.to_string(),
+                m.unix.to_string(),
+                format!("{:.4}", m.demand_rps),
+                format!("{:.4}", m.arrived_rps),
+                m.replicas.to_string(),
+                m.ready_replicas.to_string(),
+                m.nodes.to_string(),
+                format!("{:.2}", m.queue),
+                if m.attainment.is_finite() { format!("{:.5}", m.attainment) } else { String::new() },
+            ])?;
+        }
+    }
+    w.flush()?;
+    Ok(())
+}

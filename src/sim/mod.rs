@@ -1,0 +1,570 @@
+//! The trace-replay simulator: how many GPU-hours and how many SLO misses a
+//! scaling policy costs on a given demand. Pure code: demand and policy in,
+//! report out; no I/O, no clock, and the same seed gives the same answer.
+//!
+//! The model, stepped every `step_secs` (1 s by default):
+//! - **Arrivals**: Poisson with the demand's expected rate for the minute
+//!   (the same draws for every policy, from `seed`), or exactly the rate
+//!   when `poisson` is off. Arrivals join one FIFO queue for the fleet.
+//! - **Service**: a ready replica has `slots` batch slots (the profile's
+//!   concurrency at the SLO); a request holds one for output tokens x
+//!   inter-token latency on average (the token mix x the profile), and
+//!   slots drain as a fluid at that rate. A request meets the TTFT target
+//!   when it waits for a slot no longer than the profile's queue-wait
+//!   budget (the rest of the TTFT is its prefill); clients give up after
+//!   `max_wait_secs` (dropped, and a miss).
+//! - **Replicas**: a new replica first needs room on a ready node; then it
+//!   takes the profile's image pull + weights load to serve. Removing a
+//!   replica lets its in-flight requests finish but admits no more.
+//! - **Nodes** (one GPU pool): the cluster autoscaler boots nodes for
+//!   pending replicas and for warm-node requests (placeholder pods), taking
+//!   the pool's provisioning time, and removes a node only after it has been
+//!   unneeded for `node_scale_down_secs`. Reserved nodes are always there and
+//!   always paid; everything above them is on-demand. Booting nodes are billed.
+//! - **The HPA loop**: KEDA-driven policies are asked every `poll_secs`; their
+//!   answer passes through the HPA's tolerance, scale-down stabilisation
+//!   window and scale-up rate limit ([`Hpa`]). Static, oracle and fixed
+//!   schedules set replicas directly.
+//!
+//! Conservation holds at every step: arrived = admitted + dropped + queued.
+
+pub mod demand;
+pub mod policy;
+
+use std::collections::VecDeque;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Poisson};
+use serde::Serialize;
+
+pub use demand::{Demand, Synthetic, TokenMix};
+pub use policy::{Decision, Observation, Policy};
+
+use crate::sizing::{predictive::Stabiliser, profile::Profile};
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum SimError {
+    #[error("{0}")]
+    Input(String),
+}
+
+/// The GPU node pool the fleet runs on, and its prices.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pool {
+    pub gpus_per_node: u32,
+    /// Seconds from asking for a node to it joining the cluster.
+    pub provisioning_secs: f64,
+    /// On-demand price of one node for an hour.
+    pub price_per_node_hour: f64,
+    /// Nodes reserved (and paid) for the whole window.
+    pub reserved_nodes: u32,
+    pub reserved_price_per_node_hour: f64,
+}
+
+/// What one replica of the model serves and occupies, from its profile, the
+/// token mix and the pool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Capacity {
+    pub slots: f64,
+    pub itl_secs: f64,
+    pub output_tokens: f64,
+    /// Mean time a request holds a slot.
+    pub service_secs: f64,
+    /// Requests per second one replica completes when every slot is busy.
+    pub requests_per_sec: f64,
+    pub wait_budget_secs: f64,
+    pub gpus_per_replica: u32,
+    pub nodes_per_replica: u32,
+    pub gpus_per_node: u32,
+    pub node_boot_secs: f64,
+    /// Image pull + weights load.
+    pub pod_start_secs: f64,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+}
+
+impl Capacity {
+    pub fn new(profile: &Profile, mix: TokenMix, pool: &Pool) -> Result<Capacity, SimError> {
+        let slots = profile.concurrency_per_replica.floor().max(1.0);
+        // Inter-token latency at full batch: from the profiled token throughput
+        // when there is one (it was measured at that concurrency), else the SLO.
+        let itl_secs = match (profile.generation_tokens_per_sec, &profile.slo) {
+            (Some(tps), _) => slots / tps,
+            (None, Some(slo)) => slo.itl_secs,
+            (None, None) => return Err(SimError::Input(format!(
+                "profile {} states neither generation_tokens_per_sec nor an slo.itl_secs: no service time to simulate",
+                profile.name
+            ))),
+        };
+        if !(mix.output_tokens.is_finite() && mix.output_tokens > 0.0) {
+            return Err(SimError::Input(format!("mean output tokens must be > 0, got {}", mix.output_tokens)));
+        }
+        let per_node = profile.gpus_per_replica / profile.nodes_per_replica.max(1);
+        if pool.gpus_per_node == 0 || per_node > pool.gpus_per_node {
+            return Err(SimError::Input(format!(
+                "a replica of {} needs {per_node} GPUs per node; the pool's nodes have {}",
+                profile.name, pool.gpus_per_node
+            )));
+        }
+        let service_secs = mix.output_tokens * itl_secs;
+        Ok(Capacity {
+            slots,
+            itl_secs,
+            output_tokens: mix.output_tokens,
+            service_secs,
+            requests_per_sec: slots / service_secs,
+            wait_budget_secs: profile.wait_budget_secs(),
+            gpus_per_replica: profile.gpus_per_replica,
+            nodes_per_replica: profile.nodes_per_replica.max(1),
+            gpus_per_node: pool.gpus_per_node,
+            node_boot_secs: pool.provisioning_secs,
+            pod_start_secs: profile.pod_start_secs(),
+            min_replicas: 1,
+            max_replicas: 10_000,
+        })
+    }
+
+    /// Replicas the capacity rule (M/M/c on the wait budget, as Foresight sizes) needs for `rate`.
+    pub fn replicas_for_rate(&self, rate: f64) -> u32 {
+        if !(rate > 0.0) {
+            return 0;
+        }
+        crate::sizing::predictive::mmc_replicas(rate, self.requests_per_sec, self.slots, self.wait_budget_secs)
+    }
+
+    /// Replicas whose slots would hold `queue` waiting requests.
+    pub fn replicas_for_queue(&self, queue: f64) -> u32 {
+        if !(queue > 0.0) {
+            return 0;
+        }
+        (queue / self.slots).ceil() as u32
+    }
+
+    /// Replicas that fit on one node (0 for a replica spanning several).
+    fn per_node(&self) -> u32 {
+        if self.nodes_per_replica > 1 {
+            0
+        } else {
+            self.gpus_per_node / self.gpus_per_replica.max(1)
+        }
+    }
+
+    /// Nodes `replicas` occupy.
+    pub fn nodes_for(&self, replicas: u32) -> u32 {
+        match self.per_node() {
+            0 => replicas.saturating_mul(self.nodes_per_replica),
+            k => replicas.div_ceil(k),
+        }
+    }
+
+    /// Replicas `nodes` hold.
+    pub fn replicas_on(&self, nodes: u32) -> u32 {
+        match self.per_node() {
+            0 => nodes / self.nodes_per_replica,
+            k => nodes.saturating_mul(k),
+        }
+    }
+
+    /// Cold start on a node that has to boot first.
+    pub fn cold_start_secs(&self) -> f64 {
+        self.node_boot_secs + self.pod_start_secs
+    }
+}
+
+/// The HPA between KEDA's metric and the Deployment (Kubernetes defaults).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HpaConfig {
+    /// Changes within this ratio of the current replicas are ignored.
+    pub tolerance: f64,
+    /// `behavior.scaleDown.stabilizationWindowSeconds`.
+    pub scale_down_window_secs: f64,
+    /// Scale-up limit per decision: the larger of +percent and +pods (default 100% or 4 pods per 15 s).
+    pub scale_up_percent: f64,
+    pub scale_up_pods: u32,
+}
+
+impl Default for HpaConfig {
+    fn default() -> Self {
+        HpaConfig { tolerance: 0.1, scale_down_window_secs: 300.0, scale_up_percent: 100.0, scale_up_pods: 4 }
+    }
+}
+
+/// The HPA's replica calculation for one decision.
+#[derive(Debug, Clone, Default)]
+pub struct Hpa {
+    pub cfg: HpaConfig,
+    stab: Stabiliser,
+}
+
+impl Hpa {
+    pub fn new(cfg: HpaConfig) -> Hpa {
+        Hpa { cfg, stab: Stabiliser::default() }
+    }
+
+    /// Replicas after the HPA's rules, from the current count and what the metric asks for.
+    pub fn step(&mut self, t: f64, current: u32, wanted: u32) -> u32 {
+        let mut rec = wanted;
+        if current > 0 && (f64::from(wanted) / f64::from(current) - 1.0).abs() <= self.cfg.tolerance {
+            rec = current;
+        }
+        let stabilised = self.stab.apply(t, self.cfg.scale_down_window_secs, rec);
+        if current == 0 {
+            return stabilised;
+        }
+        let by_percent = (f64::from(current) * (1.0 + self.cfg.scale_up_percent / 100.0)).ceil() as u32;
+        stabilised.min(by_percent.max(current.saturating_add(self.cfg.scale_up_pods)))
+    }
+}
+
+/// How the fleet is simulated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimConfig {
+    pub step_secs: f64,
+    /// Poisson arrivals (else exactly the expected rate).
+    pub poisson: bool,
+    pub seed: u64,
+    /// Seconds between policy decisions (the HPA sync / KEDA metric query).
+    pub poll_secs: f64,
+    /// The window of the observed arrival rate.
+    pub rate_window_secs: f64,
+    /// The HPA for KEDA-driven policies; `None` applies their answer directly.
+    pub hpa: Option<HpaConfig>,
+    pub node_scale_down_secs: f64,
+    pub max_wait_secs: f64,
+    /// A minute is in violation when fewer of its requests than this meet the TTFT target.
+    pub minute_slo_target: f64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            step_secs: 1.0,
+            poisson: true,
+            seed: 1,
+            poll_secs: 15.0,
+            rate_window_secs: 60.0,
+            hpa: Some(HpaConfig::default()),
+            node_scale_down_secs: 600.0,
+            max_wait_secs: 60.0,
+            minute_slo_target: 0.99,
+        }
+    }
+}
+
+/// What a policy cost and how well it served.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub policy: String,
+    pub minutes: usize,
+    /// GPU-hours of every provisioned node (reserved, on-demand, booting).
+    pub gpu_hours: f64,
+    /// GPU-hours not serving requests: idle nodes, starting replicas, unused batch slots.
+    pub idle_gpu_hours: f64,
+    pub cost: f64,
+    pub reserved_cost: f64,
+    pub on_demand_cost: f64,
+    /// Share of finished requests (admitted or dropped) that met the TTFT target.
+    pub slo_attainment: f64,
+    pub violation_minutes: usize,
+    /// Replicas started (each pays the pod start, plus a node boot when no node was free).
+    pub cold_starts: u64,
+    pub node_boots: u64,
+    pub peak_queue: f64,
+    pub arrived: f64,
+    /// Admitted to a batch slot.
+    pub served: f64,
+    pub dropped: f64,
+    /// Still waiting at the end.
+    pub queued: f64,
+    pub mean_replicas: f64,
+    pub max_replicas: u32,
+}
+
+/// One minute of the run, for plots.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Minute {
+    pub minute: usize,
+    pub unix: i64,
+    /// Expected requests per second.
+    pub demand_rps: f64,
+    /// Arrived requests per second.
+    pub arrived_rps: f64,
+    /// Replicas the Deployment asks for at the minute's end.
+    pub replicas: u32,
+    pub ready_replicas: u32,
+    pub nodes: u32,
+    pub queue: f64,
+    /// Share of this minute's arrivals that met the TTFT target (NaN: none finished).
+    pub attainment: f64,
+    pub arrived: f64,
+    pub served: f64,
+    pub dropped: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    pub report: Report,
+    pub timeline: Vec<Minute>,
+}
+
+/// Simulate `policy` on `demand`. `history` is what the fleet observed
+/// before the window (arrivals per second, one per minute, ending where
+/// `demand` starts); `progress` is called with each finished minute.
+pub fn simulate(
+    demand: &Demand,
+    history: &[f64],
+    cap: &Capacity,
+    pool: &Pool,
+    cfg: &SimConfig,
+    policy: &mut dyn Policy,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Run, SimError> {
+    if !(cfg.step_secs > 0.0 && 60.0 % cfg.step_secs == 0.0) {
+        return Err(SimError::Input(format!("step must divide a minute, got {} s", cfg.step_secs)));
+    }
+    if !(cfg.poll_secs >= cfg.step_secs && cfg.rate_window_secs >= cfg.step_secs) {
+        return Err(SimError::Input("poll interval and rate window must be at least one step".into()));
+    }
+    let dt = cfg.step_secs;
+    let steps_per_min = (60.0 / dt).round() as usize;
+    let poll_steps = (cfg.poll_secs / dt).round().max(1.0) as usize;
+    let window_steps = (cfg.rate_window_secs / dt).round().max(1.0) as usize;
+    let minutes = demand.minutes();
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut hpa = cfg.hpa.clone().filter(|_| policy.via_hpa()).map(Hpa::new);
+    let mut node_stab = Stabiliser::default();
+
+    let mut history = history.to_vec();
+    let history_start = demand.start - 60 * history.len() as i64;
+    // Start in a steady state: the oracle's fleet for the first minute, on ready nodes.
+    let mut ready = cap.replicas_for_rate(demand.rate_at(0.0)).max(cap.min_replicas);
+    let mut nodes_ready = cap.nodes_for(ready).max(pool.reserved_nodes);
+    let mut starting: Vec<f64> = Vec::new();
+    let mut booting: Vec<f64> = Vec::new();
+    let mut pending = 0u32;
+    let mut warm = 0u32;
+    let mut busy = 0.0f64;
+    let mut queue: VecDeque<(f64, f64)> = VecDeque::new();
+    let mut queued = 0.0f64;
+    let mut recent: VecDeque<f64> = VecDeque::with_capacity(window_steps + 1);
+    let mut recent_sum = 0.0f64;
+    let (mut met, mut done) = (vec![0.0f64; minutes], vec![0.0f64; minutes]);
+    let mut timeline = Vec::with_capacity(minutes);
+    let (mut arrived, mut served, mut dropped) = (0.0f64, 0.0f64, 0.0f64);
+    let (mut minute_arrived, mut minute_served, mut minute_dropped) = (0.0f64, 0.0f64, 0.0f64);
+    let (mut gpu_secs, mut idle_secs, mut reserved_cost, mut on_demand_cost) = (0.0, 0.0, 0.0, 0.0);
+    let (mut cold_starts, mut node_boots, mut peak_queue) = (0u64, 0u64, 0.0f64);
+    let (mut replica_secs, mut max_replicas) = (0.0f64, ready);
+    // A busy slot frees at 1/S per second, so full replicas complete slots/S
+    // requests per second: the rate the sizing rules assume.
+    if !(cap.service_secs >= dt) {
+        return Err(SimError::Input(format!(
+            "step {dt} s is longer than the mean service time {:.2} s: use a shorter --step",
+            cap.service_secs
+        )));
+    }
+    let completion = dt / cap.service_secs;
+
+    for i in 0..minutes * steps_per_min {
+        let t = i as f64 * dt;
+        let minute = i / steps_per_min;
+
+        // Arrivals.
+        let lambda = demand.rate[minute] * dt;
+        let a = if !(lambda > 0.0) {
+            0.0
+        } else if cfg.poisson {
+            Poisson::new(lambda).map_or(lambda, |p| p.sample(&mut rng))
+        } else {
+            lambda
+        };
+        if a > 0.0 {
+            queue.push_back((t, a));
+            queued += a;
+        }
+        arrived += a;
+        minute_arrived += a;
+        recent.push_back(a);
+        recent_sum += a;
+        if recent.len() > window_steps {
+            recent_sum -= recent.pop_front().unwrap_or(0.0);
+        }
+
+        // Decide.
+        let spec = ready + starting.len() as u32 + pending;
+        if i % poll_steps == 0 {
+            let obs = Observation {
+                t,
+                unix: demand.start as f64 + t,
+                running: busy,
+                waiting: queued,
+                arrival_rate: recent_sum.max(0.0) / (recent.len() as f64 * dt),
+                replicas: spec,
+                history: &history,
+                history_start,
+            };
+            let d = policy.decide(&obs);
+            let target = match hpa.as_mut() {
+                Some(h) => h.step(t, spec, d.replicas),
+                None => d.replicas,
+            };
+            warm = d.warm_nodes;
+            if target > spec {
+                pending += target - spec;
+            } else {
+                let mut remove = spec - target;
+                let p = remove.min(pending);
+                pending -= p;
+                remove -= p;
+                // The latest-started go first, then ready replicas (draining).
+                starting.sort_by(|a, b| a.total_cmp(b));
+                while remove > 0 && starting.pop().is_some() {
+                    remove -= 1;
+                }
+                ready -= remove.min(ready);
+            }
+        }
+
+        // Cluster autoscaler.
+        let occupied = cap.nodes_for(ready + starting.len() as u32);
+        let wanted = (cap.nodes_for(ready + starting.len() as u32 + pending) + warm).max(pool.reserved_nodes);
+        let have = nodes_ready + booting.len() as u32;
+        if wanted > have {
+            for _ in have..wanted {
+                booting.push(t + pool.provisioning_secs);
+            }
+            node_boots += u64::from(wanted - have);
+        }
+        let keep = node_stab.apply(t, cfg.node_scale_down_secs, wanted).max(occupied).max(pool.reserved_nodes);
+        let have = nodes_ready + booting.len() as u32;
+        if have > keep {
+            let mut remove = have - keep;
+            booting.sort_by(|a, b| a.total_cmp(b));
+            while remove > 0 && booting.pop().is_some() {
+                remove -= 1;
+            }
+            nodes_ready -= remove.min(nodes_ready);
+        }
+        booting.retain(|at| {
+            let up = *at <= t;
+            nodes_ready += u32::from(up);
+            !up
+        });
+
+        // Scheduling and readiness.
+        let free = cap.replicas_on(nodes_ready).saturating_sub(ready + starting.len() as u32);
+        let placed = free.min(pending);
+        pending -= placed;
+        cold_starts += u64::from(placed);
+        starting.extend(std::iter::repeat_n(t + cap.pod_start_secs, placed as usize));
+        starting.retain(|at| {
+            let up = *at <= t;
+            ready += u32::from(up);
+            !up
+        });
+
+        // Service: slots drain, then the queue is admitted in arrival order.
+        busy -= busy * completion;
+        let mut free_slots = (f64::from(ready) * cap.slots - busy).max(0.0);
+        while free_slots > 1e-12 {
+            let Some(front) = queue.front_mut() else { break };
+            let x = front.1.min(free_slots);
+            let m = (front.0 / 60.0) as usize;
+            done[m] += x;
+            if t - front.0 <= cap.wait_budget_secs + 1e-9 {
+                met[m] += x;
+            }
+            busy += x;
+            served += x;
+            minute_served += x;
+            queued -= x;
+            free_slots -= x;
+            front.1 -= x;
+            if front.1 <= 1e-12 {
+                queued -= front.1;
+                served += front.1;
+                minute_served += front.1;
+                done[m] += front.1;
+                queue.pop_front();
+            }
+        }
+        while let Some(&(at, n)) = queue.front() {
+            if t - at <= cfg.max_wait_secs {
+                break;
+            }
+            done[(at / 60.0) as usize] += n;
+            dropped += n;
+            minute_dropped += n;
+            queued -= n;
+            queue.pop_front();
+        }
+        if queue.is_empty() {
+            queued = 0.0;
+        }
+        peak_queue = peak_queue.max(queued);
+
+        // Accounting.
+        let nodes = nodes_ready + booting.len() as u32;
+        let gpus = f64::from(nodes * cap.gpus_per_node);
+        let util = if ready > 0 { (busy / (f64::from(ready) * cap.slots)).min(1.0) } else { 0.0 };
+        gpu_secs += gpus * dt;
+        idle_secs += (gpus - f64::from(ready * cap.gpus_per_replica) * util).max(0.0) * dt;
+        reserved_cost += f64::from(pool.reserved_nodes) * pool.reserved_price_per_node_hour * dt / 3600.0;
+        on_demand_cost += f64::from(nodes.saturating_sub(pool.reserved_nodes)) * pool.price_per_node_hour * dt / 3600.0;
+        let spec = ready + starting.len() as u32 + pending;
+        replica_secs += f64::from(spec) * dt;
+        max_replicas = max_replicas.max(spec);
+
+        if (i + 1) % steps_per_min == 0 {
+            history.push(minute_arrived / 60.0);
+            timeline.push(Minute {
+                minute,
+                unix: demand.start + 60 * minute as i64,
+                demand_rps: demand.rate[minute],
+                arrived_rps: minute_arrived / 60.0,
+                replicas: spec,
+                ready_replicas: ready,
+                nodes,
+                queue: queued,
+                attainment: f64::NAN,
+                arrived: minute_arrived,
+                served: minute_served,
+                dropped: minute_dropped,
+            });
+            (minute_arrived, minute_served, minute_dropped) = (0.0, 0.0, 0.0);
+            progress(minute);
+        }
+    }
+
+    let mut violation_minutes = 0;
+    for (row, (m, d)) in timeline.iter_mut().zip(met.iter().zip(&done)) {
+        if *d > 0.0 {
+            row.attainment = m / d;
+            violation_minutes += usize::from(m / d < cfg.minute_slo_target);
+        }
+    }
+    let finished: f64 = done.iter().sum();
+    let secs = (minutes * 60) as f64;
+    let report = Report {
+        policy: policy.name(),
+        minutes,
+        gpu_hours: gpu_secs / 3600.0,
+        idle_gpu_hours: idle_secs / 3600.0,
+        cost: reserved_cost + on_demand_cost,
+        reserved_cost,
+        on_demand_cost,
+        slo_attainment: if finished > 0.0 { met.iter().sum::<f64>() / finished } else { 1.0 },
+        violation_minutes,
+        cold_starts,
+        node_boots,
+        peak_queue,
+        arrived,
+        served,
+        dropped,
+        queued: queue.iter().map(|c| c.1).sum(),
+        mean_replicas: if secs > 0.0 { replica_secs / secs } else { 0.0 },
+        max_replicas,
+    };
+    Ok(Run { report, timeline })
+}

@@ -1,0 +1,319 @@
+//! The policies the simulator compares. Each sees an [`Observation`] of the
+//! fleet's past and present only; the oracle alone is built with the demand
+//! itself, which is what makes it an oracle.
+//!
+//! - [`Static`]: a fixed fleet sized for the trace's peak.
+//! - [`Reactive`]: a KEDA threshold trigger through the HPA: desired =
+//!   ceil(running + waiting / target per replica), or the capacity rule on
+//!   the observed arrival rate.
+//! - [`Predictive`]: Foresight's own decision code, unchanged: the
+//!   forecaster refitted on the observed history, then
+//!   [`crate::sizing::predictive::decide`] on the p90 over the cold start.
+//! - [`Oracle`]: the capacity rule applied to the true future rate over the
+//!   cold start; a lower bound on cost at full SLO for that rule.
+//! - [`Fixed`]: a given replica schedule, for testing the physics.
+
+use super::{Capacity, Demand};
+use crate::{
+    forecast::{auto::Choice, Forecast, Forecaster, ForecasterConfig, Series},
+    sizing::predictive::{self, Stabiliser, Upper},
+    sources::Signal,
+};
+
+/// What a policy can see at a decision: the past and the present.
+#[derive(Debug, Clone, Copy)]
+pub struct Observation<'a> {
+    /// Seconds since the start of the simulated window.
+    pub t: f64,
+    /// Unix seconds now.
+    pub unix: f64,
+    /// Requests in a batch slot (vllm:num_requests_running, summed).
+    pub running: f64,
+    /// Requests waiting for one (vllm:num_requests_waiting, summed).
+    pub waiting: f64,
+    /// Arrivals per second over the rate window (like `rate(...[1m])`).
+    pub arrival_rate: f64,
+    /// The replica count the Deployment has now (ready, starting or pending).
+    pub replicas: u32,
+    /// Observed arrivals per second, one per whole minute so far (warm-up history first).
+    pub history: &'a [f64],
+    /// Unix seconds of `history[0]`.
+    pub history_start: i64,
+}
+
+/// A policy's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Decision {
+    pub replicas: u32,
+    /// Nodes to keep warm beyond what the replicas occupy (placeholder pods).
+    pub warm_nodes: u32,
+}
+
+pub trait Policy {
+    fn name(&self) -> String;
+    fn decide(&mut self, obs: &Observation<'_>) -> Decision;
+    /// Goes through the HPA (KEDA-driven policies); `false` sets replicas directly.
+    fn via_hpa(&self) -> bool {
+        true
+    }
+}
+
+/// A fixed fleet.
+pub struct Static {
+    pub replicas: u32,
+}
+
+impl Static {
+    /// Sized for the highest expected minute of the whole trace.
+    pub fn at_peak(demand: &Demand, cap: &Capacity) -> Static {
+        let peak = demand.rate.iter().copied().fold(0.0, f64::max);
+        Static { replicas: cap.replicas_for_rate(peak).max(cap.min_replicas) }
+    }
+}
+
+impl Policy for Static {
+    fn name(&self) -> String {
+        "static".into()
+    }
+    fn decide(&mut self, _: &Observation<'_>) -> Decision {
+        Decision { replicas: self.replicas, warm_nodes: 0 }
+    }
+    fn via_hpa(&self) -> bool {
+        false
+    }
+}
+
+/// What the reactive trigger watches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReactiveSignal {
+    /// running + waiting, `target` per replica: the KEDA prometheus-scaler
+    /// threshold on vLLM's in-flight requests.
+    Concurrency { target: f64 },
+    /// The observed arrival rate through the same capacity rule the
+    /// predictive and oracle policies use.
+    RequestRate,
+}
+
+pub struct Reactive {
+    pub signal: ReactiveSignal,
+    pub cap: Capacity,
+}
+
+impl Policy for Reactive {
+    fn name(&self) -> String {
+        match self.signal {
+            ReactiveSignal::Concurrency { target } => format!("reactive(concurrency>{target})"),
+            ReactiveSignal::RequestRate => "reactive(request_rate)".into(),
+        }
+    }
+    fn decide(&mut self, o: &Observation<'_>) -> Decision {
+        let want = match self.signal {
+            ReactiveSignal::Concurrency { target } => ((o.running + o.waiting) / target).ceil() as u32,
+            ReactiveSignal::RequestRate => self.cap.replicas_for_rate(o.arrival_rate),
+        };
+        Decision { replicas: want.clamp(self.cap.min_replicas, self.cap.max_replicas), warm_nodes: 0 }
+    }
+}
+
+/// Perfect foresight of the expected rate.
+pub struct Oracle {
+    /// Replicas the capacity rule needs in each minute.
+    need: Vec<u32>,
+    lead_secs: f64,
+    cap: Capacity,
+}
+
+impl Oracle {
+    /// Knows `demand` (the simulated window) and starts replicas `lead_secs` early.
+    pub fn new(demand: &Demand, cap: &Capacity, lead_secs: f64) -> Oracle {
+        let need = demand.rate.iter().map(|r| cap.replicas_for_rate(*r)).collect();
+        Oracle { need, lead_secs, cap: cap.clone() }
+    }
+}
+
+impl Policy for Oracle {
+    fn name(&self) -> String {
+        "oracle".into()
+    }
+    fn decide(&mut self, o: &Observation<'_>) -> Decision {
+        let from = (o.t / 60.0) as usize;
+        let to = ((o.t + self.lead_secs) / 60.0) as usize;
+        let peak = self
+            .need
+            .get(from..=to.min(self.need.len().saturating_sub(1)))
+            .map_or(0, |w| w.iter().copied().max().unwrap_or(0));
+        Decision { replicas: peak.clamp(self.cap.min_replicas, self.cap.max_replicas), warm_nodes: 0 }
+    }
+    fn via_hpa(&self) -> bool {
+        false
+    }
+}
+
+/// A replica count per minute, held; the last one after the end.
+pub struct Fixed(pub Vec<u32>);
+
+impl Policy for Fixed {
+    fn name(&self) -> String {
+        "fixed".into()
+    }
+    fn decide(&mut self, o: &Observation<'_>) -> Decision {
+        let m = ((o.t / 60.0) as usize).min(self.0.len().saturating_sub(1));
+        Decision { replicas: self.0.get(m).copied().unwrap_or(0), warm_nodes: 0 }
+    }
+    fn via_hpa(&self) -> bool {
+        false
+    }
+}
+
+/// How the predictive policy forecasts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PredictiveConfig {
+    /// Forecast step: the observed minutes are averaged into buckets this long.
+    pub bucket_secs: i64,
+    pub refit_secs: f64,
+    /// A full model selection (backtest) this often; refits in between reuse it.
+    pub reselect_secs: f64,
+    /// Train on at most this much history.
+    pub train_window_secs: f64,
+    pub quantile: f64,
+    pub scale_down_window_secs: f64,
+    /// How far ahead to size: the profile's cold start.
+    pub lookahead_secs: f64,
+}
+
+impl Default for PredictiveConfig {
+    fn default() -> Self {
+        PredictiveConfig {
+            bucket_secs: 300,
+            refit_secs: 600.0,
+            reselect_secs: 6.0 * 3600.0,
+            train_window_secs: 28.0 * 86_400.0,
+            quantile: 0.9,
+            scale_down_window_secs: 300.0,
+            lookahead_secs: 450.0,
+        }
+    }
+}
+
+/// Foresight's predictive sizing, fed what the simulated fleet has shown so far.
+pub struct Predictive {
+    cfg: PredictiveConfig,
+    cap: Capacity,
+    forecaster: Forecaster,
+    fit: Option<(f64, Forecast)>,
+    selected_at: f64,
+    stab: Stabiliser,
+    /// Decisions that fell back to the live load (no usable forecast), and refits that failed.
+    pub fallbacks: u64,
+    pub refits: u64,
+}
+
+impl Predictive {
+    pub fn new(cfg: PredictiveConfig, cap: &Capacity) -> Result<Predictive, super::SimError> {
+        let forecaster = Forecaster::new(ForecasterConfig {
+            quantiles: vec![cfg.quantile],
+            train_window: Some((cfg.train_window_secs / cfg.bucket_secs as f64) as usize),
+            ..ForecasterConfig::default()
+        })
+        .map_err(|e| super::SimError::Input(e.to_string()))?;
+        if cfg.bucket_secs < 60 || cfg.bucket_secs % 60 != 0 {
+            return Err(super::SimError::Input(format!(
+                "forecast bucket must be a whole number of minutes, got {} s",
+                cfg.bucket_secs
+            )));
+        }
+        Ok(Predictive {
+            cfg,
+            cap: cap.clone(),
+            forecaster,
+            fit: None,
+            selected_at: f64::NEG_INFINITY,
+            stab: Stabiliser::default(),
+            fallbacks: 0,
+            refits: 0,
+        })
+    }
+
+    fn refit(&mut self, o: &Observation<'_>) {
+        let per = (self.cfg.bucket_secs / 60) as usize;
+        // Whole buckets on the calendar grid, so daily seasons line up.
+        let skip = (per - (o.history_start / 60).rem_euclid(per as i64) as usize) % per;
+        let usable = o.history.len().saturating_sub(skip) / per * per;
+        if usable < 2 * per {
+            return;
+        }
+        let values = o.history[skip..skip + usable].chunks(per).map(|c| c.iter().sum::<f64>() / per as f64).collect();
+        let series = Series { start: o.history_start + 60 * skip as i64, step: self.cfg.bucket_secs, values };
+        let h = ((self.cfg.lookahead_secs + self.cfg.refit_secs) / self.cfg.bucket_secs as f64).ceil() as usize + 2;
+        let choice = match &self.fit {
+            Some((_, f)) if o.t - self.selected_at < self.cfg.reselect_secs => Choice::Reuse(f.selection.clone()),
+            _ => Choice::Auto,
+        };
+        self.refits += 1;
+        match self.forecaster.forecast(&series, h, &choice) {
+            Ok(f) => {
+                if !f.reused_selection {
+                    self.selected_at = o.t;
+                }
+                self.fit = Some((o.t, f));
+            }
+            Err(_) => self.fallbacks += 1,
+        }
+    }
+}
+
+impl Policy for Predictive {
+    fn name(&self) -> String {
+        format!("predictive(p{})", (self.cfg.quantile * 100.0 * 10.0).round() / 10.0)
+    }
+    fn decide(&mut self, o: &Observation<'_>) -> Decision {
+        if self.fit.as_ref().is_none_or(|(at, _)| o.t - at >= self.cfg.refit_secs) {
+            self.refit(o);
+        }
+        let upper: Option<Vec<f64>> = self.fit.as_ref().and_then(|(_, f)| {
+            let q = f.quantile(self.cfg.quantile)?;
+            let k = ((o.unix - f.start as f64) / f.step as f64).floor().max(0.0) as usize;
+            (k < q.len()).then(|| q[k..].to_vec())
+        });
+        let cap = &self.cap;
+        let live = o.arrival_rate;
+        let Some(values) = upper else {
+            self.fallbacks += 1;
+            let r = cap.replicas_for_rate(live).max(cap.replicas_for_queue(o.waiting));
+            let r = self.stab.apply(o.t, self.cfg.scale_down_window_secs, r);
+            return Decision { replicas: r.clamp(cap.min_replicas, cap.max_replicas), warm_nodes: 0 };
+        };
+        let input = predictive::Input {
+            signal: Signal::RequestRate,
+            live,
+            queue: Some(o.waiting),
+            generation_tokens_per_sec: Some(live * cap.output_tokens),
+            per_replica: cap.requests_per_sec,
+            slots_per_replica: cap.slots,
+            wait_budget_secs: cap.wait_budget_secs,
+            tokens_per_sec_per_replica: Some(cap.slots / cap.itl_secs),
+            forecast: Upper { quantile: self.cfg.quantile, values: &values, step_secs: self.cfg.bucket_secs as f64 },
+            lookahead_secs: self.cfg.lookahead_secs,
+            min_replicas: cap.min_replicas,
+            max_replicas: cap.max_replicas,
+            activation_threshold: 0.0,
+        };
+        match predictive::decide(&input, &mut self.stab, o.t, self.cfg.scale_down_window_secs, "sim") {
+            Some(out) => {
+                // Warm nodes for what the timeline needs within a node's provisioning plus pod start.
+                let steps =
+                    ((cap.node_boot_secs + cap.pod_start_secs) / self.cfg.bucket_secs as f64).ceil() as usize + 1;
+                let ahead = out.sizing.timeline.iter().take(steps).copied().max().unwrap_or(0);
+                let warm = cap.nodes_for(ahead).saturating_sub(cap.nodes_for(out.desired_replicas));
+                Decision { replicas: out.desired_replicas, warm_nodes: warm }
+            }
+            None => {
+                self.fallbacks += 1;
+                Decision {
+                    replicas: cap.replicas_for_rate(live).clamp(cap.min_replicas, cap.max_replicas),
+                    warm_nodes: 0,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The simulator's physics, pinned: what must hold whatever the policy, and
+//! the command a user runs.
+
+mod common;
+
+use foresight::{
+    sim::{
+        policy::{Fixed, Oracle, Policy, Predictive, PredictiveConfig, Reactive, ReactiveSignal, Static},
+        simulate, Capacity, Demand, Pool, Run, SimConfig, Synthetic, TokenMix,
+    },
+    sizing::profile::Profile,
+};
+
+/// The 8B profile with a chosen cold start (node boot, then pod start).
+fn profile(node_boot: f64, pod_start: f64) -> Profile {
+    serde_yaml_ng::from_str(&format!(
+        "name: test-8b
+gpu_type: nvidia-h100-80gb
+gpus_per_replica: 1
+concurrency_per_replica: 32
+cold_start_secs: {{node_boot: {node_boot}, image_pull: {pod_start}, weights_load: 0}}
+slo: {{ttft_secs: 2.0, itl_secs: 0.05}}
+generation_tokens_per_sec: 1600
+"
+    ))
+    .unwrap()
+}
+
+fn pool(node_boot: f64) -> Pool {
+    Pool {
+        gpus_per_node: 8,
+        provisioning_secs: node_boot,
+        price_per_node_hour: 32.0,
+        reserved_nodes: 0,
+        reserved_price_per_node_hour: 20.0,
+    }
+}
+
+fn synthetic(days: f64, bursts: f64) -> Demand {
+    Synthetic { days, mean_rps: 40.0, bursts_per_day: bursts, seed: 7, ..Synthetic::default() }
+        .generate(TokenMix::azure_conversation())
+        .unwrap()
+}
+
+fn run(demand: &Demand, cold: (f64, f64), cfg: &SimConfig, policy: &mut dyn Policy) -> Run {
+    let (p, pl) = (profile(cold.0, cold.1), pool(cold.0));
+    let cap = Capacity::new(&p, demand.mix, &pl).unwrap();
+    simulate(demand, &[], &cap, &pl, cfg, policy, &mut |_| {}).unwrap()
+}
+
+#[test]
+fn with_instant_capacity_reacting_is_as_good_as_knowing_the_future() {
+    // Nothing to wait for (no cold start, a decision every step, no HPA
+    // damping, exact arrivals): the reactive rule on the arrival rate and
+    // the oracle see the same number and must make the same fleet.
+    let demand = synthetic(1.0, 4.0);
+    let cfg = SimConfig { poisson: false, poll_secs: 1.0, rate_window_secs: 1.0, hpa: None, ..SimConfig::default() };
+    let cap = Capacity::new(&profile(0.0, 0.0), demand.mix, &pool(0.0)).unwrap();
+    let reactive =
+        run(&demand, (0.0, 0.0), &cfg, &mut Reactive { signal: ReactiveSignal::RequestRate, cap: cap.clone() });
+    let oracle = run(&demand, (0.0, 0.0), &cfg, &mut Oracle::new(&demand, &cap, 0.0));
+    let strip = |r: &Run| {
+        let mut r = r.report.clone();
+        r.policy.clear();
+        r
+    };
+    assert_eq!(strip(&reactive), strip(&oracle));
+    assert_eq!(reactive.timeline, oracle.timeline);
+    assert!(oracle.report.slo_attainment > 0.999, "{:?}", oracle.report);
+    // And with a cold start the oracle's foresight is worth something.
+    let cfg = SimConfig { hpa: None, ..SimConfig::default() };
+    let cap = Capacity::new(&profile(240.0, 210.0), demand.mix, &pool(240.0)).unwrap();
+    let reactive =
+        run(&demand, (240.0, 210.0), &cfg, &mut Reactive { signal: ReactiveSignal::RequestRate, cap: cap.clone() });
+    let oracle = run(&demand, (240.0, 210.0), &cfg, &mut Oracle::new(&demand, &cap, cap.cold_start_secs()));
+    assert!(
+        oracle.report.slo_attainment > reactive.report.slo_attainment + 0.001,
+        "{:?}\n{:?}",
+        oracle.report,
+        reactive.report
+    );
+}
+
+#[test]
+fn a_longer_cold_start_never_improves_the_slo() {
+    let demand = synthetic(2.0, 3.0);
+    let cap = Capacity::new(&profile(0.0, 0.0), demand.mix, &pool(0.0)).unwrap();
+    // The same decisions every time: replicas for the rate of the minute before (a lagging schedule).
+    let schedule: Vec<u32> =
+        (0..demand.minutes()).map(|m| cap.replicas_for_rate(demand.rate[m.saturating_sub(1)])).collect();
+    let cfg = SimConfig::default();
+    for make in [
+        &|_: &Demand, _: &Capacity| -> Box<dyn Policy> { Box::new(Fixed(schedule.clone())) }
+            as &dyn Fn(&Demand, &Capacity) -> Box<dyn Policy>,
+        &|d: &Demand, c: &Capacity| -> Box<dyn Policy> { Box::new(Static::at_peak(d, c)) },
+        &|_: &Demand, c: &Capacity| -> Box<dyn Policy> {
+            Box::new(Reactive { signal: ReactiveSignal::Concurrency { target: c.slots }, cap: c.clone() })
+        },
+    ] {
+        let mut last: Option<(f64, f64, String)> = None;
+        for cold in [(0.0, 0.0), (0.0, 60.0), (120.0, 120.0), (240.0, 210.0), (600.0, 300.0)] {
+            let mut p = make(&demand, &cap);
+            let r = run(&demand, cold, &cfg, p.as_mut()).report;
+            if let Some((prev, prev_cold, name)) = &last {
+                assert!(
+                    r.slo_attainment <= prev + 1e-12,
+                    "{name}: cold start {prev_cold} s met {prev}, {} s met {}",
+                    cold.0 + cold.1,
+                    r.slo_attainment
+                );
+            }
+            last = Some((r.slo_attainment, cold.0 + cold.1, r.policy));
+        }
+    }
+}
+
+#[test]
+fn every_request_is_served_dropped_or_still_queued() {
+    let demand = synthetic(2.0, 6.0);
+    let cap = Capacity::new(&profile(240.0, 210.0), demand.mix, &pool(240.0)).unwrap();
+    let policies: Vec<Box<dyn Policy>> = vec![
+        Box::new(Static { replicas: 3 }),
+        Box::new(Reactive { signal: ReactiveSignal::Concurrency { target: 32.0 }, cap: cap.clone() }),
+        Box::new(
+            Predictive::new(PredictiveConfig { lookahead_secs: 450.0, ..PredictiveConfig::default() }, &cap).unwrap(),
+        ),
+        Box::new(Oracle::new(&demand, &cap, 450.0)),
+    ];
+    for mut p in policies {
+        let r = run(&demand, (240.0, 210.0), &SimConfig::default(), p.as_mut());
+        let rep = &r.report;
+        let total = rep.served + rep.dropped + rep.queued;
+        assert!((total - rep.arrived).abs() <= 1e-6 * rep.arrived, "{}: {total} != {}", rep.policy, rep.arrived);
+        let per_minute: f64 = r.timeline.iter().map(|m| m.arrived).sum();
+        assert!((per_minute - rep.arrived).abs() <= 1e-6 * rep.arrived);
+        assert!(rep.arrived > 0.9 * demand.rate.iter().sum::<f64>() * 60.0);
+    }
+    // Three replicas for a 40 req/s fleet: the queue overflows and clients give up.
+    let starved = run(&demand, (240.0, 210.0), &SimConfig::default(), &mut Static { replicas: 3 }).report;
+    assert!(starved.dropped > 0.0 && starved.slo_attainment < 0.5, "{starved:?}");
+}
+
+#[test]
+fn the_predictive_policy_sees_only_the_past() {
+    // Two demands equal for the first day, different after: every decision
+    // before the split must be the same.
+    let a = synthetic(2.0, 2.0);
+    let mut b = a.clone();
+    b.rate[1440..].iter_mut().for_each(|r| *r *= 3.0);
+    let cap = Capacity::new(&profile(240.0, 210.0), a.mix, &pool(240.0)).unwrap();
+    let history: Vec<f64> = synthetic(3.0, 2.0).rate[..1440].to_vec();
+    let go = |d: &Demand| {
+        let mut p = Predictive::new(PredictiveConfig::default(), &cap).unwrap();
+        let pl = pool(240.0);
+        simulate(d, &history, &cap, &pl, &SimConfig::default(), &mut p, &mut |_| {}).unwrap()
+    };
+    let (ra, rb) = (go(&a), go(&b));
+    assert_eq!(ra.timeline[..1440], rb.timeline[..1440]);
+    assert_ne!(ra.timeline[1500..], rb.timeline[1500..]);
+}
+
+#[test]
+fn simulate_command_writes_a_comparison_notebooks_can_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let (code, stdout, stderr) =
+        common::run(&["simulate", "--synthetic", "--days", "2", "--warmup", "1d", "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    for policy in ["static", "reactive(concurrency>32)", "predictive", "oracle"] {
+        assert!(stdout.lines().any(|l| l.starts_with(policy)), "{policy} missing:\n{stdout}");
+    }
+    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let reports = summary["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 4);
+    let static_gpuh = reports[0]["gpu_hours"].as_f64().unwrap();
+    let oracle_gpuh = reports[3]["gpu_hours"].as_f64().unwrap();
+    assert!(oracle_gpuh < static_gpuh, "oracle {oracle_gpuh} vs static {static_gpuh}");
+    let timeline = std::fs::read_to_string(out.join("timeline.csv")).unwrap();
+    assert_eq!(timeline.lines().count(), 1 + 4 * 1440);
+
+    // Mistakes get a message, not a panic.
+    for (args, says) in [
+        (vec!["simulate", "--trace", "/nonexistent.csv"], "/nonexistent.csv"),
+        (vec!["simulate", "--synthetic", "--days", "2", "--warmup", "3d"], "warm-up"),
+        (vec!["simulate", "--synthetic", "--model-profile", "gpt-9"], "gpt-9"),
+        (vec!["simulate", "--synthetic", "--peak-rps", "NaN", "--trace", "x"], "cannot be used with"),
+    ] {
+        let (code, _, stderr) = common::run(&args);
+        assert_eq!(code, if says == "cannot be used with" { 2 } else { 1 }, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
