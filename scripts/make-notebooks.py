@@ -78,17 +78,22 @@ for name, s in summaries.items():
         x = f"{r['gpu_hours'] / oracle:.2f}" if oracle else "-"
         print(f"{r['policy']:<28}{r['gpu_hours']:>9.0f}{x:>9}{100 * r['slo_attainment']:>8.2f}%"
               f"{r['violation_minutes']:>9}{r['cold_starts']:>8}")'''),
-    ("code", '''# The frontier: GPU-hours (relative to the oracle) against the share of requests within the TTFT target.
-fig, ax = plt.subplots(figsize=(7, 4.5))
-markers = {"static": "s", "predictive": "o", "oracle": "*"}
-for name, s in summaries.items():
+    ("code", '''# The frontier, one panel per trace: GPU-hours (relative to the oracle) against the share of
+# requests within the TTFT target. Up and left is better.
+fig, axes = plt.subplots(1, len(summaries), figsize=(5.5 * len(summaries), 4), squeeze=False)
+colours = {"static": "tab:grey", "reactive": "tab:red", "predictive": "tab:blue", "oracle": "tab:green"}
+markers = {"static": "s", "reactive": "^", "predictive": "o", "oracle": "*"}
+for ax, (name, s) in zip(axes[0], summaries.items()):
     oracle = next(r["gpu_hours"] for r in s["reports"] if r["policy"] == "oracle")
     for r in s["reports"]:
         kind = r["policy"].split("(")[0]
-        ax.scatter(r["gpu_hours"] / oracle, 100 * r["slo_attainment"], marker=markers.get(kind, "^"), s=60,
-                   label=f"{name}: {r['policy']}")
-ax.set_xlabel("GPU-hours / oracle"); ax.set_ylabel("requests within TTFT (%)")
-ax.legend(fontsize=7, loc="lower right"); ax.grid(alpha=0.3)'''),
+        x, y = r["gpu_hours"] / oracle, 100 * r["slo_attainment"]
+        ax.scatter(x, y, marker=markers.get(kind, "x"), color=colours.get(kind, "black"), s=70)
+        ax.annotate(r["policy"].replace("concurrency", "c"), (x, y), fontsize=7,
+                    xytext=(4, -10 if kind == "reactive" else 4), textcoords="offset points")
+    ax.set_title(name); ax.set_xlabel("GPU-hours / oracle"); ax.set_ylabel("requests within TTFT (%)")
+    ax.grid(alpha=0.3)
+fig.tight_layout()'''),
     ("code", '''# Replicas over time against demand, per trace (first two days of the window).
 for name in summaries:
     rows = list(csv.DictReader(open(DATA / "simulate" / name / "timeline.csv")))
