@@ -97,10 +97,30 @@ pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<
     };
     let (mut full, trace_name) = match &args.trace {
         TraceInput::Series(input) => {
+            let mut header = String::new();
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(
+                    std::fs::File::open(&input.path).with_context(|| format!("opening {}", input.path.display()))?,
+                ),
+                &mut header,
+            )
+            .with_context(|| format!("reading {}", input.path.display()))?;
+            if header.contains("ContextTokens") {
+                bail!(
+                    "{} is a request log (Azure LLM trace format), not a rate series: pass it as --requests \
+                     (token mix and bursts) beside a --trace series or --synthetic",
+                    input.path.display()
+                );
+            }
             let loaded = read_csv(input)?;
             (Demand::from_series(&loaded.series, args.peak_rps, mix)?, input.path.display().to_string())
         }
-        TraceInput::Synthetic(g) => (g.generate(mix)?, format!("synthetic(seed {})", g.seed)),
+        // Scaled like a recorded series, so --peak-rps means the same for both.
+        TraceInput::Synthetic(g) => {
+            let d = g.generate(mix)?;
+            let series = crate::forecast::Series { start: d.start, step: 60, values: d.rate };
+            (Demand::from_series(&series, args.peak_rps, mix)?, format!("synthetic(seed {})", g.seed))
+        }
     };
     if let Some(rows) = &bursts {
         full = full.with_bursts(rows, 0)?;

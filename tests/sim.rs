@@ -179,10 +179,14 @@ fn simulate_command_writes_a_comparison_notebooks_can_read() {
     assert_eq!(timeline.lines().count(), 1 + 4 * 1440);
 
     // Mistakes get a message, not a panic.
+    let requests = dir.path().join("requests.csv");
+    std::fs::write(&requests, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n").unwrap();
+    let requests = requests.to_str().unwrap().to_string();
     for (args, says) in [
         (vec!["simulate", "--trace", "/nonexistent.csv"], "/nonexistent.csv"),
         (vec!["simulate", "--synthetic", "--days", "2", "--warmup", "3d"], "warm-up"),
         (vec!["simulate", "--synthetic", "--model-profile", "gpt-9"], "gpt-9"),
+        (vec!["simulate", "--trace", &requests], "--requests"),
         (vec!["simulate", "--synthetic", "--peak-rps", "NaN", "--trace", "x"], "cannot be used with"),
     ] {
         let (code, _, stderr) = common::run(&args);

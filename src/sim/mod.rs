@@ -92,10 +92,12 @@ impl Capacity {
         let itl_secs = match (profile.generation_tokens_per_sec, &profile.slo) {
             (Some(tps), _) => slots / tps,
             (None, Some(slo)) => slo.itl_secs,
-            (None, None) => return Err(SimError::Input(format!(
+            (None, None) => {
+                return Err(SimError::Input(format!(
                 "profile {} states neither generation_tokens_per_sec nor an slo.itl_secs: no service time to simulate",
                 profile.name
-            ))),
+            )))
+            }
         };
         if !(mix.output_tokens.is_finite() && mix.output_tokens > 0.0) {
             return Err(SimError::Input(format!("mean output tokens must be > 0, got {}", mix.output_tokens)));
