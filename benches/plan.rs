@@ -58,6 +58,8 @@ fn fleet() -> (Vec<Pool>, Vec<Reservation>, Vec<Demand>) {
                 },
                 provisioning_secs: 300.0 + 60.0 * rng.below(16) as f64,
                 max_nodes: Some(150 + rng.below(100) as u32),
+                labels: Default::default(),
+                taints: Vec::new(),
             }
         })
         .collect();
@@ -89,6 +91,7 @@ fn fleet() -> (Vec<Pool>, Vec<Reservation>, Vec<Demand>) {
                     gpu_type: GPUS[rng.below(3) as usize].into(),
                     gpus_per_replica: gpus,
                     nodes_per_replica: nodes,
+                    constraints: Default::default(),
                 },
                 // Ramping up across the horizon, as ahead of a daily peak.
                 replicas: (0..steps + 10).map(|k| base + growth * k as u32 / steps as u32).collect(),

@@ -47,7 +47,9 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
 
     let store = Arc::new(open_store(&settings)?);
     let registry = Registry::new();
-    let mut engine = Engine::new(&settings, registry.clone(), store.clone());
+    let (view_tx, view_rx) = tokio::sync::watch::channel(None);
+    let (settings_tx, settings_rx) = tokio::sync::watch::channel(settings.clone());
+    let mut engine = Engine::new(&settings, registry.clone(), store.clone()).with_cluster(view_rx);
     // Publish the workloads before serving, so GetMetricSpec answers from the first request.
     engine.tick(SystemTime::now());
 
@@ -73,9 +75,9 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     let mut tasks = JoinSet::new();
     let (r, sd) = (registry.clone(), shutdown.clone());
     tasks.spawn(async move { ("gRPC server", scaler::serve(grpc_listener, tls, r, sd).await) });
-    let (sd, st) = (shutdown.clone(), store.clone());
+    let (sd, st, r) = (shutdown.clone(), store.clone(), registry.clone());
     tasks.spawn(async move {
-        let served = axum::serve(http_listener, crate::api::router(registry, st))
+        let served = axum::serve(http_listener, crate::api::router(r, st))
             .with_graceful_shutdown(sd.cancelled_owned())
             .await
             .context("HTTP server");
@@ -92,6 +94,11 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
         flush_loop(st, flush_every, sd).await;
         ("store flusher", Ok(()))
     });
+    let (r, sd) = (registry.clone(), shutdown.clone());
+    tasks.spawn(async move {
+        cluster_loop(settings_rx, r, view_tx, sd).await;
+        ("Kubernetes reader", Ok(()))
+    });
     let (st, sd) = (store.clone(), shutdown.clone());
     tasks.spawn(async move {
         // Reloads restart the collectors whose workload changed, then reach the control loop.
@@ -100,6 +107,7 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
                 _ = sd.cancelled() => break,
                 Some(new) = reload_rx.recv() => {
                     collectors.apply(&new.workloads, &st, &sd);
+                    settings_tx.send_replace(new.clone());
                     let _ = engine_tx.send(new).await;
                 }
             }
@@ -136,6 +144,111 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+/// With `kubernetes:` in config: read the cluster every `refresh`, hand the
+/// view to the control loop, and actuate the latest plan. A cluster that
+/// cannot be reached leaves the last view in place (or none: config only)
+/// and is tried again; it never stops the scaler.
+async fn cluster_loop(
+    mut settings: tokio::sync::watch::Receiver<Settings>,
+    registry: Arc<crate::state::Registry>,
+    views: tokio::sync::watch::Sender<Option<Arc<crate::cluster::ClusterView>>>,
+    shutdown: CancellationToken,
+) {
+    use crate::cluster::{self, actuate, client};
+    let mut conn: Option<(Option<PathBuf>, Option<String>, kube::Client)> = None;
+    let mut last_errors: Vec<String> = Vec::new();
+    loop {
+        let s = settings.borrow_and_update().clone();
+        let wait = match &s.kubernetes {
+            None => {
+                conn = None;
+                views.send_replace(None);
+                None
+            }
+            Some(k) => {
+                let same = conn.as_ref().is_some_and(|(p, c, _)| *p == k.kubeconfig && *c == k.context);
+                if !same {
+                    conn = match client::connect(k).await {
+                        Ok(c) => {
+                            info!(kubeconfig = ?k.kubeconfig, "Kubernetes inputs on");
+                            Some((k.kubeconfig.clone(), k.context.clone(), c))
+                        }
+                        Err(e) => {
+                            warn!(error = %e, "cannot build a Kubernetes client; planning from config, retrying");
+                            None
+                        }
+                    };
+                }
+                if let Some((_, _, c)) = &conn {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs() as i64);
+                    let snap = client::read(c, &s.workloads, k, now).await;
+                    let mut v = cluster::view(&s.pools, &s.workloads, k, &snap);
+                    if k.actuation.mode != actuate::ActuationMode::Off {
+                        // Actuate the plan made with this read, not one from config alone or an older read.
+                        let first = Arc::new(v.clone());
+                        views.send_replace(Some(first.clone()));
+                        let plan = plan_with(&registry, &first, k.refresh, &shutdown).await;
+                        v.actuation = actuate::run(c, &k.actuation, plan.as_deref(), k.timeout).await;
+                    }
+                    for ch in &v.actuation {
+                        match ch.action.as_str() {
+                            "patched" | "would-patch" => {
+                                info!(object = %ch.object, pool = %ch.pool, current = ?ch.current, desired = ?ch.desired, action = %ch.action, "actuation")
+                            }
+                            "failed" => {
+                                warn!(object = %ch.object, pool = %ch.pool, error = ?ch.error, "actuation failed")
+                            }
+                            _ => {}
+                        }
+                    }
+                    let errors: Vec<String> =
+                        v.errors.iter().cloned().chain(v.workloads.values().filter_map(|w| w.error.clone())).collect();
+                    if errors != last_errors {
+                        for e in &errors {
+                            warn!(error = %e, "Kubernetes input");
+                        }
+                        last_errors = errors;
+                    }
+                    for d in &v.disagreements {
+                        debug!(subject = %d.subject, field = %d.field, config = %d.config, cluster = %d.cluster, used = %d.used, "config and cluster disagree");
+                    }
+                    views.send_replace(Some(Arc::new(v)));
+                }
+                Some(k.refresh)
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = settings.changed() => if changed.is_err() { return },
+            _ = async { match wait { Some(d) => tokio::time::sleep(d).await, None => std::future::pending().await } } => {}
+        }
+    }
+}
+
+/// The first plan the control loop publishes with `view`, waiting at most `limit`.
+async fn plan_with(
+    registry: &crate::state::Registry,
+    view: &Arc<crate::cluster::ClusterView>,
+    limit: Duration,
+    shutdown: &CancellationToken,
+) -> Option<Arc<crate::capacity::Plan>> {
+    let mut changed = registry.subscribe();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let snap = registry.load();
+        if snap.cluster.as_ref().is_some_and(|c| Arc::ptr_eq(c, view)) {
+            return snap.plan.clone();
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep_until(deadline) => return None,
+            r = changed.changed() => if r.is_err() { return None },
+        }
+    }
 }
 
 fn open_store(settings: &Settings) -> anyhow::Result<Store> {

@@ -7,17 +7,21 @@
 //! then has no decision, the scaler answers UNAVAILABLE, and KEDA's
 //! `fallback` applies, rather than fresh-looking numbers built on old data.
 //!
+//! With Kubernetes inputs on, the plan uses the cluster's replica shapes,
+//! pools and placed pods as the [`crate::cluster`] reader last delivered them.
+//!
 //! Forecasts are refitted off the tick by a [`Refitter`]: each tick hands it
 //! the workloads whose forecast is due and takes in what it has finished.
 
 use std::{collections::HashMap, sync::Arc, time::SystemTime};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::{
     capacity::{self, Demand, Plan, PlanInput, Pool, Reservation},
+    cluster::ClusterView,
     config::{ForecastSettings, Settings, SizingSettings, Workload},
     refit::{ForecastView, Refitter},
     sizing::{
@@ -56,6 +60,8 @@ pub struct Engine {
     reservations: Vec<Reservation>,
     refitter: Refitter,
     next_job: u64,
+    /// The cluster as the Kubernetes reader last saw it (Kubernetes inputs on).
+    cluster: Option<watch::Receiver<Option<Arc<ClusterView>>>>,
 }
 
 /// A refit that gave no forecast (no history yet, say) is tried again this soon,
@@ -77,9 +83,20 @@ impl Engine {
             reservations: settings.reservations.clone(),
             refitter,
             next_job: 0,
+            cluster: None,
         };
         engine.reconfigure(settings);
         engine
+    }
+
+    /// Plan with the cluster's shapes and pools as `views` delivers them.
+    pub fn with_cluster(mut self, views: watch::Receiver<Option<Arc<ClusterView>>>) -> Self {
+        self.cluster = Some(views);
+        self
+    }
+
+    fn cluster_view(&self) -> Option<Arc<ClusterView>> {
+        self.cluster.as_ref().and_then(|rx| rx.borrow().clone())
     }
 
     /// Take a new config: keep the last answer of workloads whose config is
@@ -185,13 +202,15 @@ impl Engine {
                 }
             }
         }
-        let plan = self.plan(now);
-        self.publish(plan);
+        let view = self.cluster_view();
+        let plan = self.plan(now, view.as_deref());
+        self.publish(plan, view);
     }
 
     /// The node plan for every workload's replica timeline (none without pools).
-    fn plan(&mut self, now: SystemTime) -> Option<Arc<Plan>> {
-        if self.pools.is_empty() {
+    fn plan(&mut self, now: SystemTime, view: Option<&ClusterView>) -> Option<Arc<Plan>> {
+        let pools = view.map_or(self.pools.as_slice(), |v| v.pools.as_slice());
+        if pools.is_empty() {
             return None;
         }
         let now_unix = unix(now) as i64;
@@ -203,24 +222,30 @@ impl Engine {
                 let p = &s.workload.profile;
                 // Shadow workloads are planned as the forecast would have them: the plan is reported, not acted on.
                 let d = s.state.shadow.as_ref().or(s.state.decision.as_ref());
+                let cluster = view.and_then(|v| v.workloads.get(&s.workload.key()));
+                // Pods the scheduler has placed, when the cluster is read; else pods
+                // answering the scrape; else what KEDA was last told.
+                let placed = cluster.and_then(|c| Some(c.replicas?.current.saturating_sub(c.pending.len() as u32)));
                 Demand {
                     workload: s.workload.key(),
-                    shape: p.shape(),
+                    shape: cluster.map_or_else(|| s.workload.config_shape(), |c| c.shape.clone()),
                     replicas: d.map_or_else(|| vec![0], |d| timeline(d, step)),
                     pod_start_secs: p.pod_start_secs(),
-                    // Pods answering the scrape when known, else what KEDA was last told.
-                    running: s.state.pods.or(s.state.decision.as_ref().map(|d| d.desired_replicas)).unwrap_or(0),
+                    running: placed
+                        .or(s.state.pods)
+                        .or(s.state.decision.as_ref().map(|d| d.desired_replicas))
+                        .unwrap_or(0),
                 }
             })
             .collect();
-        let longest = self.pools.iter().map(|p| p.provisioning_secs).fold(0.0, f64::max)
+        let longest = pools.iter().map(|p| p.provisioning_secs).fold(0.0, f64::max)
             + demands.iter().map(|d| d.pod_start_secs).fold(0.0, f64::max);
         let steps = (longest / step as f64).ceil() as usize + 1;
         let plan = capacity::plan(PlanInput {
             now: now_unix,
             step_secs: step,
             steps,
-            pools: &self.pools,
+            pools,
             reservations: &self.reservations,
             demands: &demands,
         });
@@ -278,17 +303,26 @@ impl Engine {
         }
     }
 
-    fn publish(&self, plan: Option<Arc<Plan>>) {
+    fn publish(&self, plan: Option<Arc<Plan>>, view: Option<Arc<ClusterView>>) {
         let ready = self.slots.iter().all(|s| s.state.decided_at.is_some());
-        let pools = self
-            .pools
+        let pools = view
+            .as_ref()
+            .map_or(self.pools.as_slice(), |v| v.pools.as_slice())
             .iter()
             .map(|p| {
                 let pp = plan.as_ref().and_then(|plan| plan.pools.iter().find(|pp| pp.name == p.name).cloned());
                 PoolState::new(p, &self.reservations, pp)
             })
             .collect();
-        self.registry.publish_all(self.slots.iter().map(|s| s.state.clone()).collect(), pools, plan, ready);
+        let configs = self.slots.iter().map(|s| s.workload.clone()).collect();
+        self.registry.publish_with(
+            self.slots.iter().map(|s| s.state.clone()).collect(),
+            pools,
+            plan,
+            ready,
+            view,
+            configs,
+        );
     }
 
     /// Tick every `settings.tick_interval` until `shutdown`; apply configs

@@ -9,9 +9,11 @@
 pub mod api;
 pub mod app;
 pub mod capacity;
+pub mod cli_explain;
 pub mod cli_forecast;
 pub mod cli_sim;
 pub mod cli_tools;
+pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod forecast;

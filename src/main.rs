@@ -40,6 +40,26 @@ enum Command {
         /// Config file (YAML).
         file: PathBuf,
     },
+    /// Explain a workload's replica shape: where each part came from (config,
+    /// profile, or the cluster's objects), which pools can host it and why the
+    /// others cannot, its pending pods, and what N replicas would pre-warm.
+    Explain {
+        /// `namespace/name`, or a name that is unique.
+        workload: String,
+        #[arg(long, short, env = "FORESIGHT_CONFIG")]
+        config: PathBuf,
+        /// Read the cluster through this kubeconfig (default: config's `kubernetes:`, if any).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Kubeconfig context (default: its current context).
+        #[arg(long)]
+        context: Option<String>,
+        /// Replicas to plan nodes for (default: the target's desired replicas).
+        #[arg(long)]
+        replicas: Option<u32>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a workload's stored history as CSV (while `serve` is stopped: the store is locked while it runs).
     History {
         #[arg(long, short, env = "FORESIGHT_CONFIG")]
@@ -241,6 +261,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { file } => check_config(&file),
+        Command::Explain { workload, config, kubeconfig, context, replicas, json } => {
+            let args = foresight::cli_explain::ExplainArgs { config, workload, kubeconfig, context, replicas, json };
+            report(foresight::cli_explain::run(&args, &mut std::io::stdout().lock()))
+        }
         Command::History { config, workload, signal, minutes } => {
             report(history(&config, &workload, &signal, minutes, &mut std::io::stdout().lock()))
         }
@@ -367,6 +391,16 @@ fn check_config(file: &std::path::Path) -> ExitCode {
                     w.target.signal,
                     w.target.per_replica
                 );
+            }
+            match &s.kubernetes {
+                None => println!("  kubernetes  off (shapes from config and profiles)"),
+                Some(k) => println!(
+                    "  kubernetes  on ({}), every {}s; actuation {:?} on {} object(s)",
+                    k.kubeconfig.as_ref().map_or("in-cluster or $KUBECONFIG".to_string(), |p| p.display().to_string()),
+                    k.refresh.as_secs_f64(),
+                    k.actuation.mode,
+                    k.actuation.targets.len()
+                ),
             }
             ExitCode::SUCCESS
         }

@@ -161,6 +161,9 @@ pub struct Snapshot {
     pools: HashMap<String, Arc<PoolState>>,
     /// The latest node plan (with `pools` configured).
     pub plan: Option<Arc<Plan>>,
+    /// The cluster as last read (Kubernetes inputs on).
+    pub cluster: Option<Arc<crate::cluster::ClusterView>>,
+    configs: HashMap<String, Arc<crate::config::Workload>>,
 }
 
 impl Snapshot {
@@ -178,6 +181,11 @@ impl Snapshot {
         let mut v: Vec<_> = self.by_key.values().collect();
         v.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         v
+    }
+
+    /// A workload's config, by key (for explanations).
+    pub fn config(&self, key: &str) -> Option<&Arc<crate::config::Workload>> {
+        self.configs.get(key)
     }
 
     pub fn pool(&self, name: &str) -> Option<&Arc<PoolState>> {
@@ -230,6 +238,20 @@ impl Registry {
 
     /// As [`publish`](Self::publish), with the pools and the node plan.
     pub fn publish_all(&self, states: Vec<WorkloadState>, pools: Vec<PoolState>, plan: Option<Arc<Plan>>, ready: bool) {
+        self.publish_with(states, pools, plan, ready, None, Vec::new())
+    }
+
+    /// As [`publish_all`](Self::publish_all), with the cluster view and the workloads' configs.
+    pub fn publish_with(
+        &self,
+        states: Vec<WorkloadState>,
+        pools: Vec<PoolState>,
+        plan: Option<Arc<Plan>>,
+        ready: bool,
+        cluster: Option<Arc<crate::cluster::ClusterView>>,
+        configs: Vec<Arc<crate::config::Workload>>,
+    ) {
+        let configs = configs.into_iter().map(|w| (w.key(), w)).collect();
         let generation = self.current.load().generation + 1;
         let mut by_key = HashMap::with_capacity(states.len());
         let mut namespaces_of: HashMap<String, Vec<String>> = HashMap::new();
@@ -241,7 +263,16 @@ impl Registry {
             v.sort();
         }
         let pools = pools.into_iter().map(|p| (p.name.clone(), Arc::new(p))).collect();
-        self.current.store(Arc::new(Snapshot { generation, ready, by_key, namespaces_of, pools, plan }));
+        self.current.store(Arc::new(Snapshot {
+            generation,
+            ready,
+            by_key,
+            namespaces_of,
+            pools,
+            plan,
+            cluster,
+            configs,
+        }));
         self.changed.send_replace(generation);
     }
 

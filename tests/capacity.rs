@@ -55,6 +55,8 @@ fn pool_strategy(i: usize) -> impl Strategy<Value = Pool> {
             price_per_node_hour: price,
             provisioning_secs: 600.0,
             max_nodes: max,
+            labels: Default::default(),
+            taints: Vec::new(),
         })
 }
 
@@ -63,7 +65,12 @@ fn shape_strategy() -> impl Strategy<Value = Shape> {
         prop_oneof![Just("h100"), Just("a100")],
         prop_oneof![Just((1u32, 1u32)), Just((2, 1)), Just((4, 1)), Just((8, 1)), Just((8, 2)), Just((16, 2))],
     )
-        .prop_map(|(gpu, (g, n))| Shape { gpu_type: gpu.into(), gpus_per_replica: g, nodes_per_replica: n })
+        .prop_map(|(gpu, (g, n))| Shape {
+            gpu_type: gpu.into(),
+            gpus_per_replica: g,
+            nodes_per_replica: n,
+            constraints: Default::default(),
+        })
 }
 
 fn case_strategy() -> impl Strategy<Value = Case> {

@@ -212,3 +212,36 @@ workloads:",
         assert!(err.contains(want), "want {want:?} in:\n{err}");
     }
 }
+
+#[test]
+fn kubernetes_settings_are_checked_like_the_rest() {
+    let yaml = format!(
+        "{GOOD}kubernetes:
+  kubeconfig: no-such-kubeconfig
+  refresh_secs: 0
+  discovered_pools: {{price_per_node_hour: {{spott: 1}}}}
+  actuation: {{mode: always, balloons: [{{pool: a, namespace: '', name: b}}]}}
+"
+    );
+    // An unknown key inside `kubernetes:` is located like any typo.
+    let (code, _, err) = check(&yaml.replace("  refresh_secs: 0", "  refresh_sec: 0"));
+    assert_eq!(code, 1);
+    assert!(err.contains("kubernetes.refresh_sec: unknown field `refresh_sec`"), "{err}");
+    let (code, _, err) = check(&yaml);
+    assert_eq!(code, 1);
+    for want in [
+        "kubernetes.refresh_secs: must be within 1..=86400, got 0",
+        "kubernetes.kubeconfig: no such file:",
+        "kubernetes.discovered_pools.price_per_node_hour.spott: capacity type must be `reserved`, `on-demand` or `spot`",
+        "kubernetes.actuation.mode: must be `off`, `dry-run` or `apply`, got `always`",
+        "kubernetes.actuation.balloons[0]: needs `namespace` and `name`",
+    ] {
+        assert!(err.contains(want), "want {want:?} in:\n{err}");
+    }
+    let (code, out, err) = check(&format!("{GOOD}kubernetes: {{}}\n"));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("kubernetes  on (in-cluster or $KUBECONFIG), every 30s; actuation Off on 0 object(s)"),
+        "{out}"
+    );
+}

@@ -249,3 +249,52 @@ fn the_service_monitor_scrapes_the_foresight_service_http_port() {
     assert!(svc["spec"]["ports"].as_sequence().unwrap().iter().any(|p| p["name"] == port), "port {port}");
     assert_eq!(s(sm, "spec.endpoints.0.path"), "/metrics");
 }
+
+#[test]
+fn rbac_binds_the_service_account_and_actuation_names_only_shipped_placeholders() {
+    let docs = docs();
+    let settings = shipped_settings(&docs);
+    let k = settings.kubernetes.as_ref().expect("the shipped config reads the cluster");
+    let sa = find(&docs, "ServiceAccount", "foresight", "foresight");
+    assert_eq!(sa["automountServiceAccountToken"].as_bool(), Some(true), "in-cluster config needs the token");
+    let bindings: Vec<&Value> = docs
+        .iter()
+        .map(|(_, v)| v)
+        .filter(|v| matches!(v["kind"].as_str(), Some("ClusterRoleBinding" | "RoleBinding")))
+        .collect();
+    assert_eq!(bindings.len(), 2, "read and actuation bindings");
+    for b in &bindings {
+        assert_eq!(s(b, "subjects.0.name"), "foresight");
+        assert_eq!(s(b, "subjects.0.namespace"), "foresight");
+        let role_kind = s(b, "roleRef.kind");
+        let role_name = s(b, "roleRef.name");
+        assert!(
+            docs.iter().any(
+                |(_, v)| v["kind"].as_str() == Some(role_kind) && v["metadata"]["name"].as_str() == Some(role_name)
+            ),
+            "{role_kind} {role_name} is bound but not shipped"
+        );
+    }
+    // The actuation Role may patch exactly the placeholders deploy/prewarm ships, and config's targets are among them.
+    let role = find(&docs, "Role", "foresight", "foresight-actuation");
+    let names = |resource: &str| -> Vec<String> {
+        let rule =
+            role["rules"].as_sequence().unwrap().iter().find(|r| r["resources"][0].as_str() == Some(resource)).unwrap();
+        rule["resourceNames"].as_sequence().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+    };
+    for name in names("deployments") {
+        find(&docs, "Deployment", "foresight", &name);
+    }
+    for name in names("capacitybuffers") {
+        find(&docs, "CapacityBuffer", "foresight", &name);
+    }
+    for t in &k.actuation.targets {
+        let (resource, kind) = match t.kind {
+            foresight::cluster::ActuationKind::Balloon => ("deployments", "Deployment"),
+            foresight::cluster::ActuationKind::CapacityBuffer => ("capacitybuffers", "CapacityBuffer"),
+        };
+        assert!(names(resource).contains(&t.name), "config actuates {kind} {} but the Role may not patch it", t.name);
+        assert_eq!(t.namespace, "foresight");
+        assert!(settings.pools.iter().any(|p| p.name == t.pool), "actuation target for unknown pool {}", t.pool);
+    }
+}

@@ -42,7 +42,16 @@ pub struct ApiState {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Foresight API", description = "Forecasts, replica and node plans, and why each decision was made."),
-    paths(workloads::list, workloads::forecast, workloads::plan, workloads::history, pools, plan),
+    paths(
+        workloads::list,
+        workloads::forecast,
+        workloads::plan,
+        workloads::history,
+        workloads::explain,
+        pools,
+        plan,
+        cluster
+    ),
     components(schemas(Problem))
 )]
 pub struct ApiDoc;
@@ -59,6 +68,8 @@ pub fn router(registry: Arc<Registry>, store: Arc<Store>) -> Router {
         .route("/api/v1/workloads/{name}/forecast", get(workloads::forecast))
         .route("/api/v1/workloads/{name}/plan", get(workloads::plan))
         .route("/api/v1/workloads/{name}/history", get(workloads::history))
+        .route("/api/v1/workloads/{name}/explain", get(workloads::explain))
+        .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/plan", get(plan))
         .merge(ui::routes())
@@ -101,4 +112,16 @@ pub async fn plan(State(s): State<ApiState>) -> Result<impl IntoResponse, Proble
     let snap = s.registry.load();
     let plan = snap.plan.clone().ok_or_else(|| Problem::not_found("no node plan: no `pools` are configured"))?;
     Ok(([(header::CACHE_CONTROL, "no-store")], Json(plan.as_ref().clone())))
+}
+
+/// What the Kubernetes inputs last read: pools found on nodes, the pools
+/// planned with, per-workload shapes, config/cluster disagreements, errors,
+/// and the last actuation pass. 404 when Kubernetes inputs are off.
+#[utoipa::path(get, path = "/api/v1/cluster", tag = "pools",
+    responses((status = 200, body = crate::cluster::ClusterView),
+              (status = 404, description = "Kubernetes inputs are off, or not read yet", body = Problem, content_type = "application/problem+json")))]
+async fn cluster(State(s): State<ApiState>) -> Result<Json<Arc<crate::cluster::ClusterView>>, Problem> {
+    s.registry.load().cluster.clone().map(Json).ok_or_else(|| {
+        Problem::not_found("no cluster view: Kubernetes inputs are off (no `kubernetes:` in config) or the cluster has not been read yet")
+    })
 }

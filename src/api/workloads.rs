@@ -360,3 +360,23 @@ pub async fn history(
             .collect(),
     }))
 }
+
+/// The shape Foresight derived for the workload, which object each part came
+/// from, which pools can host it and why the others cannot, and its pending pods.
+#[utoipa::path(get, path = "/api/v1/workloads/{name}/explain", tag = "workloads",
+    params(("name" = String, Path, description = "Workload name"), NamespaceQuery),
+    responses((status = 200, body = crate::cluster::Explanation),
+              (status = 404, description = "No such workload", body = Problem, content_type = "application/problem+json")))]
+pub async fn explain(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    Query(q): Query<NamespaceQuery>,
+) -> Result<Json<crate::cluster::Explanation>, Problem> {
+    let snap = s.registry.load();
+    let w = find(&snap, &name, q.namespace.as_deref())?;
+    let key = workload_key(&w.namespace, &w.name);
+    let config =
+        snap.config(&key).ok_or_else(|| Problem::not_found(format!("workload `{key}` has no published config yet")))?;
+    let pools: Vec<crate::capacity::Pool> = snap.pools().iter().map(|p| p.config.clone()).collect();
+    Ok(Json(crate::cluster::explain(config, snap.cluster.as_deref(), &pools, w.placement.as_ref())))
+}

@@ -12,8 +12,13 @@
 
 pub mod pack;
 pub mod plan;
+pub mod selector;
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+pub use selector::{gpu_matches, Constraints, LabelRequirement, Taint, Toleration};
 
 pub use plan::{limits_at, plan, Demand, Plan, PlanInput, PoolPlan, WorkloadPlan};
 
@@ -54,6 +59,12 @@ pub struct Pool {
     pub provisioning_secs: f64,
     /// Quota; `None`: unbounded.
     pub max_nodes: Option<u32>,
+    /// Labels every node of the pool has (matched against pods' node selectors).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Taints every node of the pool has.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
 }
 
 /// Nodes of a pool bought for a window of time.
@@ -80,11 +91,18 @@ impl Reservation {
 }
 
 /// What one replica of a served model occupies.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 pub struct Shape {
     pub gpu_type: String,
     pub gpus_per_replica: u32,
     pub nodes_per_replica: u32,
+    /// Node selector and tolerations of the replica's pods (none: any node).
+    #[serde(skip_serializing_if = "is_default")]
+    pub constraints: Constraints,
+}
+
+fn is_default<T: Default + PartialEq>(t: &T) -> bool {
+    *t == T::default()
 }
 
 impl Shape {
@@ -104,6 +122,8 @@ pub enum Unfit {
     NvlinkDomain { need: u32, domain: u32 },
     /// A multi-node replica spans more nodes than one rack holds.
     Rack { need: u32, rack: u32 },
+    /// The pods' node selector or tolerations keep them off the pool's nodes.
+    Placement { why: String },
 }
 
 impl std::fmt::Display for Unfit {
@@ -114,6 +134,7 @@ impl std::fmt::Display for Unfit {
                 write!(f, "needs {need} GPUs in one NVLink domain, the pool's domains have {domain}")
             }
             Unfit::Rack { need, rack } => write!(f, "needs {need} nodes in one rack, the pool's racks hold {rack}"),
+            Unfit::Placement { why } => f.write_str(why),
         }
     }
 }
@@ -122,7 +143,7 @@ impl Pool {
     /// How many parts of `shape` (one per node it spans) fit on one node,
     /// or why none can.
     pub fn parts_per_node(&self, shape: &Shape) -> Result<u32, Unfit> {
-        if shape.gpu_type != self.gpu_type {
+        if !gpu_matches(&shape.gpu_type, &self.gpu_type) {
             return Err(Unfit::GpuType { want: shape.gpu_type.clone(), have: self.gpu_type.clone() });
         }
         let need = shape.gpus_per_node();
@@ -132,6 +153,9 @@ impl Pool {
         }
         if let Some(rack) = self.nodes_per_rack.filter(|r| *r < shape.nodes_per_replica) {
             return Err(Unfit::Rack { need: shape.nodes_per_replica, rack });
+        }
+        if let Some(why) = shape.constraints.refusal(&self.labels, &self.taints) {
+            return Err(Unfit::Placement { why });
         }
         Ok((self.gpus_per_node / domain) * (domain / need))
     }

@@ -284,11 +284,18 @@ mod tests {
             price_per_node_hour: price,
             provisioning_secs: 600.0,
             max_nodes: None,
+            labels: Default::default(),
+            taints: Vec::new(),
         }
     }
 
     fn shape(gpus: u32, nodes: u32) -> Shape {
-        Shape { gpu_type: "h100".into(), gpus_per_replica: gpus, nodes_per_replica: nodes }
+        Shape {
+            gpu_type: "h100".into(),
+            gpus_per_replica: gpus,
+            nodes_per_replica: nodes,
+            constraints: Default::default(),
+        }
     }
 
     fn open(n: u32) -> Limits {

@@ -275,13 +275,20 @@ mod tests {
             price_per_node_hour: price,
             provisioning_secs: provisioning,
             max_nodes: None,
+            labels: Default::default(),
+            taints: Vec::new(),
         }
     }
 
     fn demand(replicas: Vec<u32>, running: u32) -> Demand {
         Demand {
             workload: "w".into(),
-            shape: Shape { gpu_type: "h100".into(), gpus_per_replica: 8, nodes_per_replica: 1 },
+            shape: Shape {
+                gpu_type: "h100".into(),
+                gpus_per_replica: 8,
+                nodes_per_replica: 1,
+                constraints: Default::default(),
+            },
             replicas,
             pod_start_secs: 0.0,
             running,

@@ -91,6 +91,21 @@ pub struct Settings {
     pub pools: Vec<Pool>,
     pub reservations: Vec<Reservation>,
     pub workloads: Vec<Arc<Workload>>,
+    /// Kubernetes inputs; `None`: off (the default).
+    pub kubernetes: Option<KubeSettings>,
+}
+
+/// How the cluster is read, and whether the plan is written back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeSettings {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub refresh: Duration,
+    pub timeout: Duration,
+    pub gpu: crate::cluster::GpuKeys,
+    pub nodes: crate::cluster::NodeKeys,
+    pub discovered_pools: crate::cluster::PoolDefaults,
+    pub actuation: crate::cluster::Actuation,
 }
 
 /// How forecasts become replica counts (see [`crate::sizing::predictive`]).
@@ -164,6 +179,8 @@ pub struct Workload {
     pub source: SourceConfig,
     /// Forecast-only: KEDA gets the reactive answer, the predictive one is reported beside it.
     pub shadow: bool,
+    /// Shape fields stated in config, which win over the cluster's and the profile's.
+    pub shape: Option<raw::RawShape>,
 }
 
 /// The signal a workload is sized on, and how much of it one replica handles.
@@ -174,6 +191,19 @@ pub struct Target {
 }
 
 impl Workload {
+    /// The shape from config alone: the profile's, under the workload's own `shape:` fields.
+    pub fn config_shape(&self) -> crate::capacity::Shape {
+        let mut s = self.profile.shape();
+        if let Some(o) = &self.shape {
+            if let Some(g) = &o.gpu_type {
+                s.gpu_type = g.clone();
+            }
+            s.gpus_per_replica = o.gpus_per_replica.unwrap_or(s.gpus_per_replica);
+            s.nodes_per_replica = o.nodes_per_replica.unwrap_or(s.nodes_per_replica);
+        }
+        s
+    }
+
     /// `namespace/name`, the key the scaler looks workloads up by.
     pub fn key(&self) -> String {
         workload_key(&self.namespace, &self.name)
@@ -389,6 +419,7 @@ fn validate(
     let sizing = validate_sizing(&raw.sizing, &forecast, &mut bad);
     let pools = validate_pools(&raw.pools, &mut bad);
     let reservations = validate_reservations(&raw.reservations, &pools, &mut bad);
+    let kubernetes = validate_kubernetes(raw.kubernetes, base, &pools, &mut bad);
     let d = &raw.defaults;
     if d.min_replicas > d.max_replicas {
         bad(
@@ -470,6 +501,16 @@ fn validate(
         if !(per_replica.is_finite() && per_replica > 0.0) {
             bad(at("target.per_replica"), format!("must be a finite number > 0, got {per_replica}"));
         }
+        if let Some(s) = &w.shape {
+            let g = s.gpus_per_replica.unwrap_or(profile.gpus_per_replica);
+            let n = s.nodes_per_replica.unwrap_or(profile.nodes_per_replica);
+            if g == 0 || n == 0 || g % n != 0 {
+                bad(
+                    at("shape"),
+                    format!("gpus_per_replica ({g}) must be a multiple of nodes_per_replica ({n}), both > 0"),
+                );
+            }
+        }
         workloads.push(Arc::new(Workload {
             name: w.name,
             namespace: w.namespace,
@@ -482,6 +523,7 @@ fn validate(
             stale_after,
             source: w.source,
             shadow: w.shadow,
+            shape: w.shape,
         }));
     }
 
@@ -500,6 +542,126 @@ fn validate(
         pools,
         reservations,
         workloads,
+        kubernetes,
+    })
+}
+
+/// Kubernetes inputs with every default (in-cluster config, else `$KUBECONFIG`).
+pub fn default_kube_settings() -> KubeSettings {
+    let raw: raw::RawKubernetes = serde_yaml_ng::from_str("{}").expect("every kubernetes field has a default");
+    validate_kubernetes(Some(raw), Path::new("."), &[], &mut |_, _| {}).expect("given Some")
+}
+
+fn validate_kubernetes(
+    raw: Option<raw::RawKubernetes>,
+    base: &Path,
+    pools: &[Pool],
+    bad: &mut impl FnMut(String, String),
+) -> Option<KubeSettings> {
+    use crate::cluster::{Actuation, ActuationKind, ActuationMode, ActuationTarget, GpuKeys, NodeKeys, PoolDefaults};
+    let k = raw?;
+    if !(1.0..=86_400.0).contains(&k.refresh_secs) {
+        bad("kubernetes.refresh_secs".into(), format!("must be within 1..=86400, got {}", k.refresh_secs));
+    }
+    if !(0.1..=600.0).contains(&k.timeout_secs) {
+        bad("kubernetes.timeout_secs".into(), format!("must be within 0.1..=600, got {}", k.timeout_secs));
+    }
+    let kubeconfig = k.kubeconfig.map(|p| base.join(p));
+    if let Some(p) = kubeconfig.as_ref().filter(|p| !p.is_file()) {
+        bad("kubernetes.kubeconfig".into(), format!("no such file: {}", p.display()));
+    }
+    if k.node_labels.pool.is_empty() {
+        bad("kubernetes.node_labels.pool".into(), "must name at least one label".into());
+    }
+    let mut prices = BTreeMap::new();
+    for (t, price) in &k.discovered_pools.price_per_node_hour {
+        let ct = match t.as_str() {
+            "reserved" => CapacityType::Reserved,
+            "on-demand" => CapacityType::OnDemand,
+            "spot" => CapacityType::Spot,
+            other => {
+                bad(
+                    format!("kubernetes.discovered_pools.price_per_node_hour.{other}"),
+                    "capacity type must be `reserved`, `on-demand` or `spot`".into(),
+                );
+                continue;
+            }
+        };
+        if !(price.is_finite() && *price >= 0.0) {
+            bad(
+                format!("kubernetes.discovered_pools.price_per_node_hour.{t}"),
+                format!("must be a finite number >= 0, got {price}"),
+            );
+        }
+        prices.insert(ct, price.max(0.0));
+    }
+    let mode = match k.actuation.mode.as_deref().unwrap_or("off") {
+        "off" => ActuationMode::Off,
+        "dry-run" => ActuationMode::DryRun,
+        "apply" => ActuationMode::Apply,
+        other => {
+            bad("kubernetes.actuation.mode".into(), format!("must be `off`, `dry-run` or `apply`, got `{other}`"));
+            ActuationMode::Off
+        }
+    };
+    let mut targets = Vec::new();
+    let lists = [
+        (ActuationKind::Balloon, "balloons", &k.actuation.balloons),
+        (ActuationKind::CapacityBuffer, "capacity_buffers", &k.actuation.capacity_buffers),
+    ];
+    for (kind, field, list) in lists {
+        for (i, t) in list.iter().enumerate() {
+            if !pools.iter().any(|p| p.name == t.pool) {
+                // Discovered pools are known only at run time; config pools are checked now.
+                tracing::debug!(pool = %t.pool, "actuation target names a pool not in config; it must be discovered");
+            }
+            if t.name.is_empty() || t.namespace.is_empty() {
+                bad(format!("kubernetes.actuation.{field}[{i}]"), "needs `namespace` and `name`".into());
+            }
+            targets.push(ActuationTarget {
+                kind,
+                pool: t.pool.clone(),
+                namespace: t.namespace.clone(),
+                name: t.name.clone(),
+            });
+        }
+    }
+    let mut seen = HashSet::new();
+    for t in &targets {
+        if !seen.insert(&t.pool) {
+            bad(
+                "kubernetes.actuation".into(),
+                format!("pool `{}` has more than one balloon/CapacityBuffer target; use one per pool", t.pool),
+            );
+        }
+    }
+    Some(KubeSettings {
+        kubeconfig,
+        context: k.context,
+        refresh: Duration::from_secs_f64(k.refresh_secs.clamp(1.0, 86_400.0)),
+        timeout: Duration::from_secs_f64(k.timeout_secs.clamp(0.1, 600.0)),
+        gpu: GpuKeys {
+            resource: k.gpu.resource.clone(),
+            device_classes: k.gpu.device_classes,
+            nvlink_attributes: k.gpu.nvlink_domain_attributes.clone(),
+            product_label: k.node_labels.gpu_product.clone(),
+        },
+        nodes: NodeKeys {
+            pool_labels: k.node_labels.pool,
+            capacity_type_label: k.node_labels.capacity_type,
+            product_label: k.node_labels.gpu_product,
+            count_label: k.node_labels.gpu_count,
+            zone_label: k.node_labels.zone,
+            rack_label: k.node_labels.rack,
+            gpu_resource: k.gpu.resource,
+            gpu_drivers: k.gpu.drivers,
+            nvlink_attributes: k.gpu.nvlink_domain_attributes,
+        },
+        discovered_pools: PoolDefaults {
+            price_per_node_hour: prices,
+            provisioning_secs: k.discovered_pools.provisioning_secs.clamp(0.0, 86_400.0),
+        },
+        actuation: Actuation { mode, targets },
     })
 }
 
@@ -593,6 +755,8 @@ fn validate_pools(raw: &[raw::RawPool], bad: &mut impl FnMut(String, String)) ->
             price_per_node_hour: p.price_per_node_hour.max(0.0),
             provisioning_secs: p.provisioning_secs.clamp(0.0, 86_400.0),
             max_nodes: p.max_nodes,
+            labels: p.labels.clone(),
+            taints: p.taints.clone(),
         });
     }
     out

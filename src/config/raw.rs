@@ -2,7 +2,7 @@
 //! a typo is an error instead of a silently ignored setting. Defaults are
 //! functions; units are in the field names.
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
 
 use serde::Deserialize;
 
@@ -46,6 +46,171 @@ pub struct RawConfig {
     pub reservations: Vec<RawReservation>,
     /// The workloads Foresight sizes.
     pub workloads: Vec<RawWorkload>,
+    /// Read shape from the cluster (workloads, DRA claims, nodes); absent: off.
+    #[serde(default)]
+    pub kubernetes: Option<RawKubernetes>,
+}
+
+/// `kubernetes:`: present turns the Kubernetes input layer on.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawKubernetes {
+    /// A kubeconfig file (relative to this file); default: in-cluster, then `$KUBECONFIG` / `~/.kube/config`.
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context in the kubeconfig; default: its current context.
+    #[serde(default)]
+    pub context: Option<String>,
+    /// How often the cluster is read.
+    #[serde(default = "default_kube_refresh_secs")]
+    pub refresh_secs: f64,
+    /// Per API request.
+    #[serde(default = "default_kube_timeout_secs")]
+    pub timeout_secs: f64,
+    #[serde(default)]
+    pub gpu: RawKubeGpu,
+    #[serde(default)]
+    pub node_labels: RawNodeLabels,
+    /// Pools found on nodes but absent from `pools:`.
+    #[serde(default)]
+    pub discovered_pools: RawDiscoveredPools,
+    /// Writing the plan to balloon Deployments and CapacityBuffers.
+    #[serde(default)]
+    pub actuation: RawActuation,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKubeGpu {
+    /// Device-plugin resource name.
+    #[serde(default = "default_gpu_resource")]
+    pub resource: String,
+    /// DRA DeviceClasses whose devices are GPUs.
+    #[serde(default = "default_gpu_device_classes")]
+    pub device_classes: Vec<String>,
+    /// DRA drivers (ResourceSlice `spec.driver`) whose devices are GPUs.
+    #[serde(default = "default_gpu_drivers")]
+    pub drivers: Vec<String>,
+    /// DRA device attributes whose shared value means one NVLink domain (a
+    /// claim's `matchAttribute` on one requires it; slices give domain sizes).
+    #[serde(default)]
+    pub nvlink_domain_attributes: Vec<String>,
+}
+
+impl Default for RawKubeGpu {
+    fn default() -> Self {
+        RawKubeGpu {
+            resource: default_gpu_resource(),
+            device_classes: default_gpu_device_classes(),
+            drivers: default_gpu_drivers(),
+            nvlink_domain_attributes: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNodeLabels {
+    /// Tried in order; the first a node carries names its pool.
+    #[serde(default = "default_pool_labels")]
+    pub pool: Vec<String>,
+    #[serde(default = "default_capacity_type_label")]
+    pub capacity_type: String,
+    #[serde(default = "default_product_label")]
+    pub gpu_product: String,
+    #[serde(default = "default_count_label")]
+    pub gpu_count: String,
+    #[serde(default = "default_zone_label")]
+    pub zone: String,
+    /// Nodes sharing this label's value are one rack / fabric block; no default.
+    #[serde(default)]
+    pub rack: Option<String>,
+}
+
+impl Default for RawNodeLabels {
+    fn default() -> Self {
+        RawNodeLabels {
+            pool: default_pool_labels(),
+            capacity_type: default_capacity_type_label(),
+            gpu_product: default_product_label(),
+            gpu_count: default_count_label(),
+            zone: default_zone_label(),
+            rack: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawDiscoveredPools {
+    /// By capacity type (`reserved`, `on-demand`, `spot`); a pool whose type has no price is reported, not planned.
+    #[serde(default)]
+    pub price_per_node_hour: BTreeMap<String, f64>,
+    #[serde(default = "default_discovered_provisioning_secs")]
+    pub provisioning_secs: f64,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawActuation {
+    /// `off` (default), `dry-run` (report the change), `apply` (patch it).
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Balloon Deployments whose `spec.replicas` is a pool's buffer nodes.
+    #[serde(default)]
+    pub balloons: Vec<RawActuationTarget>,
+    /// CapacityBuffers whose `spec.replicas` is a pool's buffer nodes.
+    #[serde(default)]
+    pub capacity_buffers: Vec<RawActuationTarget>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawActuationTarget {
+    pub pool: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+fn default_kube_refresh_secs() -> f64 {
+    30.0
+}
+fn default_kube_timeout_secs() -> f64 {
+    10.0
+}
+fn default_gpu_resource() -> String {
+    "nvidia.com/gpu".into()
+}
+fn default_gpu_device_classes() -> Vec<String> {
+    vec!["gpu.nvidia.com".into()]
+}
+fn default_gpu_drivers() -> Vec<String> {
+    vec!["gpu.nvidia.com".into()]
+}
+fn default_pool_labels() -> Vec<String> {
+    [
+        "karpenter.sh/nodepool",
+        "cloud.google.com/gke-nodepool",
+        "eks.amazonaws.com/nodegroup",
+        "kubernetes.azure.com/agentpool",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+fn default_capacity_type_label() -> String {
+    "karpenter.sh/capacity-type".into()
+}
+fn default_product_label() -> String {
+    "nvidia.com/gpu.product".into()
+}
+fn default_count_label() -> String {
+    "nvidia.com/gpu.count".into()
+}
+fn default_zone_label() -> String {
+    "topology.kubernetes.io/zone".into()
+}
+fn default_discovered_provisioning_secs() -> f64 {
+    600.0
 }
 
 #[derive(Debug, Deserialize)]
@@ -151,6 +316,13 @@ pub struct RawPool {
     pub provisioning_secs: f64,
     #[serde(default)]
     pub max_nodes: Option<u32>,
+    /// Labels the pool's nodes carry (beyond `karpenter.sh/nodepool` and
+    /// `karpenter.sh/capacity-type`, which are implied), matched against pods' node selectors.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Taints the pool's nodes carry; default: what its nodes show, with Kubernetes inputs on.
+    #[serde(default)]
+    pub taints: Vec<crate::capacity::Taint>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -341,6 +513,20 @@ pub struct RawWorkload {
     /// Forecast-only: compute and report the predictive answer, tell KEDA the reactive one.
     #[serde(default)]
     pub shadow: bool,
+    /// Replica shape stated here wins over the cluster's and the profile's.
+    #[serde(default)]
+    pub shape: Option<RawShape>,
+}
+
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawShape {
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    #[serde(default)]
+    pub gpus_per_replica: Option<u32>,
+    #[serde(default)]
+    pub nodes_per_replica: Option<u32>,
 }
 
 fn default_namespace() -> String {

@@ -95,6 +95,7 @@ impl Profile {
             gpu_type: self.gpu_type.clone(),
             gpus_per_replica: self.gpus_per_replica,
             nodes_per_replica: self.nodes_per_replica,
+            constraints: Default::default(),
         }
     }
 
