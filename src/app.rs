@@ -39,7 +39,12 @@ impl ConfigSource {
 
 pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     let settings = source.load()?;
+    // A file-size limit (SIGXFSZ, signal 25 on Linux) must fail the write
+    // with an error the store handles, not kill the process: catch and drop it.
+    let _file_size_limit = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(25))
+        .context("installing the SIGXFSZ handler")?;
     let tls = settings.grpc.tls.as_ref().map(scaler::tls_config).transpose()?;
+    let http_tls = settings.http.tls.as_ref().map(https_config).transpose()?;
     info!(
         config = %settings.origin, workloads = settings.workloads.len(),
         tick_secs = settings.tick_interval.as_secs_f64(), "starting foresight"
@@ -62,7 +67,8 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     info!(
         grpc = %grpc_listener.local_addr()?, tls = tls.is_some(),
         mtls = settings.grpc.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
-        http = %http_listener.local_addr()?, "listening"
+        http = %http_listener.local_addr()?, https = settings.http.tls.is_some(),
+        http_token = settings.http.bearer_token.is_some(), "listening"
     );
 
     let shutdown = CancellationToken::new();
@@ -76,11 +82,15 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     let (r, sd) = (registry.clone(), shutdown.clone());
     tasks.spawn(async move { ("gRPC server", scaler::serve(grpc_listener, tls, r, sd).await) });
     let (sd, st, r) = (shutdown.clone(), store.clone(), registry.clone());
+    let app = crate::api::guard::guard(crate::api::router(r, st), &settings.http);
     tasks.spawn(async move {
-        let served = axum::serve(http_listener, crate::api::router(r, st))
-            .with_graceful_shutdown(sd.cancelled_owned())
-            .await
-            .context("HTTP server");
+        let served = match http_tls {
+            None => axum::serve(http_listener, app)
+                .with_graceful_shutdown(sd.cancelled_owned())
+                .await
+                .context("HTTP server"),
+            Some(tls) => serve_https(http_listener, tls, app, sd).await,
+        };
         ("HTTP server", served)
     });
     let sd = shutdown.clone();
@@ -144,6 +154,61 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+/// rustls server config for HTTPS, requiring client certificates when a client CA is given.
+fn https_config(files: &crate::config::TlsFiles) -> anyhow::Result<axum_server::tls_rustls::RustlsConfig> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+    let certs = |p: &std::path::Path| -> anyhow::Result<Vec<CertificateDer<'static>>> {
+        let certs = CertificateDer::pem_file_iter(p)
+            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+            .with_context(|| format!("reading certificates from {}", p.display()))?;
+        anyhow::ensure!(!certs.is_empty(), "{}: no PEM certificate in it", p.display());
+        Ok(certs)
+    };
+    let key = PrivateKeyDer::from_pem_file(&files.key_file)
+        .with_context(|| format!("reading the private key in {}", files.key_file.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder =
+        rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let builder = match &files.client_ca_file {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in certs(ca)? {
+                roots.add(c).with_context(|| format!("{}: not a usable CA certificate", ca.display()))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .context("client certificate verifier")?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut cfg = builder.with_single_cert(certs(&files.cert_file)?, key).with_context(|| {
+        format!("{} and {} do not make a server identity", files.cert_file.display(), files.key_file.display())
+    })?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(cfg)))
+}
+
+/// Serve `app` over TLS until `shutdown`, then drain for the grace period.
+async fn serve_https(
+    listener: TcpListener,
+    tls: axum_server::tls_rustls::RustlsConfig,
+    app: axum::Router,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let handle = axum_server::Handle::new();
+    let h = handle.clone();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        h.graceful_shutdown(Some(GRACE));
+    });
+    axum_server::from_tcp_rustls(listener.into_std()?, tls)?
+        .handle(handle)
+        .serve(app.into_make_service())
+        .await
+        .context("HTTPS server")
 }
 
 /// With `kubernetes:` in config: read the cluster every `refresh`, hand the
@@ -274,6 +339,8 @@ async fn flush_loop(store: Arc<Store>, every: Duration, shutdown: CancellationTo
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
+    // While flushes fail (a full disk), one error line a minute, not one a tick.
+    let mut failing: Option<(u64, std::time::Instant)> = None;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -282,13 +349,24 @@ async fn flush_loop(store: Arc<Store>, every: Duration, shutdown: CancellationTo
         let st = store.clone();
         match tokio::task::spawn_blocking(move || st.flush()).await {
             Ok(Ok(stats)) => {
+                if let Some((n, _)) = failing.take() {
+                    info!(failed_flushes = n, "history flushes succeed again; nothing recorded meanwhile was lost");
+                }
                 debug!(
                     chunks = stats.chunks,
                     through = stats.through.map(crate::time::rfc3339).as_deref().unwrap_or("none"),
                     "history flushed"
                 )
             }
-            Ok(Err(e)) => error!(error = %e, "history flush failed; will retry"),
+            Ok(Err(e)) => {
+                crate::telemetry::flush_error();
+                let (n, last) = failing.get_or_insert((0, std::time::Instant::now() - Duration::from_secs(3600)));
+                *n += 1;
+                if last.elapsed() >= Duration::from_secs(60) {
+                    *last = std::time::Instant::now();
+                    error!(error = %e, failed_flushes = *n, "history flush failed; history since the last good flush is held in memory and retried");
+                }
+            }
             Err(e) => error!(error = %e, "history flush panicked"),
         }
     }

@@ -147,21 +147,44 @@ impl Engine {
                     slot.state.signals.insert(*s, SignalReading { value, age_secs: age.as_secs_f64() });
                 }
             }
+            let mut forecast_only = false;
             let decided = match slot.state.signals.get(&w.target.signal) {
                 None => Err(format!("no `{}` reading yet", w.target.signal)),
-                Some(r) if r.age_secs > w.stale_after.as_secs_f64() => Err(format!(
-                    "stale: the last `{}` reading is {:.0} s old (stale_after_secs {})",
-                    w.target.signal,
-                    r.age_secs,
-                    w.stale_after.as_secs_f64()
-                )),
+                Some(r) if r.age_secs > w.stale_after.as_secs_f64() => {
+                    let why = format!(
+                        "stale: the last `{}` reading is {:.0} s old (stale_after_secs {})",
+                        w.target.signal,
+                        r.age_secs,
+                        w.stale_after.as_secs_f64()
+                    );
+                    match blind_decision(w, &slot.state, r.age_secs, &self.sizing, &mut slot.stabiliser, now) {
+                        Ok(d) => {
+                            forecast_only = true;
+                            Ok(d)
+                        }
+                        Err(no) => Err(format!("{why}; {no}")),
+                    }
+                }
                 Some(r) => decide(w, &slot.state, r.value, &self.sizing, &mut slot.stabiliser, now),
             };
+            if forecast_only != slot.state.forecast_only {
+                if forecast_only {
+                    warn!(workload = %key, bound_secs = self.sizing.forecast_only.as_secs_f64(), "target signal stale: answering from the last good forecast, never below the last decision");
+                } else {
+                    info!(workload = %key, "left forecast-only mode");
+                }
+            }
+            slot.state.forecast_only = forecast_only;
             let live = slot.state.signals.get(&w.target.signal).map(|r| r.value);
             slot.state.reactive_replicas = live.and_then(|v| reactive_decision(w, v).ok()).map(|d| d.desired_replicas);
             slot.state.pods = self.store.latest(&pods_series(&key)).map(|(v, _)| v as u32);
             // Shadow: KEDA gets the reactive answer; the predictive one is reported beside it.
             let decided = match (w.shadow, decided, live) {
+                // Shadow mode tells KEDA the reactive answer, and there is none on stale data.
+                (true, Ok(_), _) if forecast_only => {
+                    slot.state.shadow = None;
+                    Err("stale target signal; in shadow mode KEDA gets only reactive answers, so none".to_string())
+                }
                 (true, Ok(d), Some(v)) if d.policy == Policy::Predictive => {
                     slot.state.shadow = Some(d);
                     reactive_decision(w, v).map(|mut r| {
@@ -225,6 +248,8 @@ impl Engine {
                 let cluster = view.and_then(|v| v.workloads.get(&s.workload.key()));
                 // Pods the scheduler has placed, when the cluster is read; else pods
                 // answering the scrape; else what KEDA was last told.
+                // Each pending pod counts as an unplaced replica: exact for one-pod replicas, and for
+                // LeaderWorkerSet groups the bound that keeps more nodes warm rather than fewer.
                 let placed = cluster.and_then(|c| Some(c.replicas?.current.saturating_sub(c.pending.len() as u32)));
                 Demand {
                     workload: s.workload.key(),
@@ -385,21 +410,10 @@ fn decide(
             Err(why) => why,
             Ok(values) => {
                 let reading = |s: Signal| state.signals.get(&s).map(|r| r.value);
-                let input = predictive::Input {
-                    signal: w.target.signal,
-                    live,
-                    queue: reading(Signal::QueueDepth),
-                    generation_tokens_per_sec: reading(Signal::GenerationTokensRate),
-                    per_replica: w.target.per_replica,
-                    slots_per_replica: w.profile.concurrency_per_replica,
-                    wait_budget_secs: w.profile.wait_budget_secs(),
-                    tokens_per_sec_per_replica: w.profile.generation_tokens_per_sec,
-                    forecast: Upper { quantile: sizing.quantile, values, step_secs: f.step_secs as f64 },
-                    lookahead_secs: w.profile.cold_start_secs.total_secs(),
-                    min_replicas: w.min_replicas,
-                    max_replicas: w.max_replicas,
-                    activation_threshold: w.activation_threshold,
-                };
+                let mut input = predictive_input(w, sizing, f, values);
+                input.live = live;
+                input.queue = reading(Signal::QueueDepth);
+                input.generation_tokens_per_sec = reading(Signal::GenerationTokensRate);
                 match predictive::decide(&input, stab, now_secs, window, &w.profile.name) {
                     Some(o) => return Ok(o.into()),
                     None => "the forecast or a reading is unusable (NaN or negative)".into(),
@@ -417,6 +431,72 @@ fn decide(
     }
     d.reason = format!("{} (no forecast: {why_not})", d.reason);
     Ok(d)
+}
+
+/// With the target signal stale for `age_secs`: the last good forecast alone,
+/// never below the last decision (blind data never scales a fleet down),
+/// for at most `sizing.forecast_only` past the staleness limit. After that,
+/// or without a forecast or a last decision, no answer: the scaler says
+/// UNAVAILABLE and KEDA's `fallback` replicas apply.
+fn blind_decision(
+    w: &Workload,
+    state: &WorkloadState,
+    age_secs: f64,
+    sizing: &SizingSettings,
+    stab: &mut Stabiliser,
+    now: SystemTime,
+) -> Result<Decision, String> {
+    let bound = sizing.forecast_only.as_secs_f64();
+    let blind_for = age_secs - w.stale_after.as_secs_f64();
+    if sizing.policy != Policy::Predictive || bound <= 0.0 {
+        return Err("no forecast-only bridge (sizing.forecast_only_secs 0 or reactive policy)".into());
+    }
+    if blind_for > bound {
+        return Err(format!("past the {bound:.0} s a forecast may stand in for it (sizing.forecast_only_secs)"));
+    }
+    let last = state.decision.as_ref().ok_or("no earlier decision to hold")?;
+    let f = state.forecast.as_deref().ok_or("no forecast to bridge with")?;
+    let values = forecast_from_now(f, sizing.quantile, unix(now))?;
+    // No live reading, queue or token rate: the forecast alone.
+    let input = predictive_input(w, sizing, f, values);
+    let window = sizing.scale_down_stabilization.as_secs_f64();
+    let o = predictive::decide(&input, stab, unix(now), window, &w.profile.name).ok_or("the forecast is unusable")?;
+    let mut d: Decision = o.into();
+    if last.desired_replicas > d.desired_replicas {
+        d.desired_replicas = last.desired_replicas;
+        d.active |= last.active;
+    }
+    d.reason = format!(
+        "forecast only: the target signal is {age_secs:.0} s old, so no live reading; {}; never below the last decision {} ({:.0} s of {bound:.0} s left before KEDA's fallback)",
+        d.reason,
+        last.desired_replicas,
+        (bound - blind_for).max(0.0)
+    );
+    Ok(d)
+}
+
+/// Sizing input from the workload, its profile and forecast values; no live readings yet.
+fn predictive_input<'a>(
+    w: &Workload,
+    sizing: &SizingSettings,
+    f: &ForecastView,
+    values: &'a [f64],
+) -> predictive::Input<'a> {
+    predictive::Input {
+        signal: w.target.signal,
+        live: 0.0,
+        queue: None,
+        generation_tokens_per_sec: None,
+        per_replica: w.target.per_replica,
+        slots_per_replica: w.profile.concurrency_per_replica,
+        wait_budget_secs: w.profile.wait_budget_secs(),
+        tokens_per_sec_per_replica: w.profile.generation_tokens_per_sec,
+        forecast: Upper { quantile: sizing.quantile, values, step_secs: f.step_secs as f64 },
+        lookahead_secs: w.profile.cold_start_secs.total_secs(),
+        min_replicas: w.min_replicas,
+        max_replicas: w.max_replicas,
+        activation_threshold: w.activation_threshold,
+    }
 }
 
 /// The forecast's `quantile` values from the step that contains `now` on.

@@ -51,6 +51,8 @@ pub struct WorkloadState {
     pub decided_at: Option<SystemTime>,
     /// Why the latest poll gave no decision, if it did not.
     pub error: Option<String>,
+    /// Set while the target signal is stale and the answer comes from the last good forecast alone.
+    pub forecast_only: bool,
     /// The latest forecast of the target signal over the cold-start look-ahead
     /// (refitted in the background, see [`crate::refit`]).
     #[schema(value_type = Option<ForecastView>)]
@@ -125,6 +127,7 @@ impl WorkloadState {
             pods: None,
             decided_at: None,
             error: None,
+            forecast_only: false,
             forecast: None,
             forecast_error: None,
             placement: None,

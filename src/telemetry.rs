@@ -36,11 +36,13 @@ struct Counters {
     source_errors: Family<Labels, Counter>,
     grpc_requests: Family<Labels, Counter>,
     grpc_seconds: Family<Labels, Histogram>,
+    flush_errors: Counter,
 }
 
 static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
     source_errors: Family::default(),
     grpc_requests: Family::default(),
+    flush_errors: Counter::default(),
     // 50 us to ~1.6 s: GetMetrics answers from memory in microseconds.
     grpc_seconds: Family::new_with_constructor(|| {
         Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(5e-5, 2.0, 16))
@@ -50,6 +52,11 @@ static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
 fn split_key(workload_key: &str) -> Labels {
     let (ns, name) = workload_key.split_once('/').unwrap_or(("", workload_key));
     vec![("namespace", ns.to_string()), ("workload", name.to_string())]
+}
+
+/// Making history durable failed (disk full, read-only, I/O error); it is retried.
+pub fn flush_error() {
+    COUNTERS.flush_errors.inc();
 }
 
 /// A source poll or query for this workload failed.
@@ -87,6 +94,11 @@ pub fn register(registry: &mut Registry) {
         "foresight_source_errors",
         "Failed source polls and queries (scrapes with no target answering, Prometheus errors)",
         COUNTERS.source_errors.clone(),
+    );
+    registry.register(
+        "foresight_store_flush_errors",
+        "Failed history flushes (disk full, read-only, I/O errors); each is retried, and history since the last good flush is at risk until one succeeds",
+        COUNTERS.flush_errors.clone(),
     );
     registry.register(
         "foresight_grpc_requests",

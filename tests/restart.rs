@@ -1,5 +1,5 @@
-//! Crash safety of history: `kill -9` the server mid-run (several times, at
-//! varying moments), restart it on the same store, and check that history up
+//! Crash safety of history: `kill -9` the server mid-run (5 times in CI, 50
+//! in `scripts/kill-loop`, at varying moments of the flush cycle), restart it on the same store, and check that history up
 //! to the last flush it logged is intact, unchanged by the restarts, and
 //! readable with `foresight history`; a graceful stop then flushes the rest.
 
@@ -139,7 +139,8 @@ fn sleep_past_bucket_of(t: SystemTime) {
 
 #[test]
 fn kill_9_keeps_history_through_the_last_flush() {
-    const CRASHES: usize = 5;
+    // CI: 5; `scripts/kill-loop` runs 50 or more.
+    let crashes: usize = std::env::var("FORESIGHT_CRASHES").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("history.redb");
     let yaml = config(&path);
@@ -147,7 +148,7 @@ fn kill_9_keeps_history_through_the_last_flush() {
     // Every bucket of every run so far, as the store had it after that run.
     let mut kept: BTreeMap<i64, f64> = BTreeMap::new();
 
-    for run in 0..CRASHES {
+    for run in 0..crashes {
         let started = SystemTime::now();
         let mut s = common::Server::start_with_env(dir.path(), &yaml, &[("RUST_LOG", RUST_LOG)]);
         // Let it record and flush for a while, then die at a different moment
@@ -208,5 +209,61 @@ fn kill_9_keeps_history_through_the_last_flush() {
     kept.extend(last_run);
     drop(store);
     assert_history_cli(&dir.path().join("foresight.yaml"), &kept);
-    eprintln!("{} buckets over {} runs in {:?}", kept.len(), CRASHES + 1, test_start.elapsed());
+    eprintln!("{} buckets over {} runs in {:?}", kept.len(), crashes + 1, test_start.elapsed());
+}
+
+/// A disk that fills up (here: a file-size limit put on the running server
+/// with `prlimit`, so every store write fails with EFBIG) and then frees up:
+/// the server keeps answering, counts and logs the failed flushes (once a
+/// minute, not once a flush), and once writes succeed again everything it
+/// recorded meanwhile is on disk.
+#[test]
+fn a_full_disk_loses_no_history_once_space_returns() {
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        panic!("prlimit (util-linux) is needed for this test");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.redb");
+    let started = SystemTime::now();
+    let mut s = common::Server::start_with_env(dir.path(), &config(&path), &[("RUST_LOG", RUST_LOG)]);
+    wait_flushed_through(&s, unix(started) + 1);
+    let pid = s.child.id().to_string();
+    let limit = |spec: &str| {
+        let ok = Command::new("prlimit").args(["--pid", &pid, &format!("--fsize={spec}")]).status().unwrap().success();
+        assert!(ok, "prlimit --fsize={spec}");
+    };
+    limit("4096:unlimited");
+    let full_from = SystemTime::now();
+    s.wait_for_log("history flush failed", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(common::http_status(s.http, "/readyz"), Some(200), "still serving while the disk is full");
+    assert_eq!(s.log_lines_with(&["history flush failed"]).len(), 1, "one error line a minute, not one a flush");
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(s.http).unwrap();
+        write!(c, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        c.read_to_string(&mut body).unwrap();
+        body
+    };
+    let failed: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("foresight_store_flush_errors_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(failed >= 3.0, "flush errors counted: {failed}");
+
+    limit("unlimited:unlimited");
+    s.wait_for_log("history flushes succeed again", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(700));
+    s.signal("TERM");
+    assert!(s.wait_exit(Duration::from_secs(15)).expect("exits on SIGTERM").success());
+    let stopped = SystemTime::now();
+    drop(s);
+    let store = open(&path);
+    let newest = unix(store.last_bucket(SERIES).unwrap().unwrap());
+    assert!(newest >= unix(stopped) - 2, "flushed through {newest}, stopped at {}", unix(stopped));
+    // Contiguous from the first run's start through the stop: the full-disk seconds included.
+    let kept = assert_contiguous(&store, unix(started) + 1, newest, "after the full disk");
+    assert!(kept.iter().any(|(b, _)| *b == unix(full_from) + 1), "the seconds while the disk was full are there");
 }

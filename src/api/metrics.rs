@@ -116,6 +116,10 @@ fn gauges(snap: &Snapshot, now: f64) -> Vec<Gauges> {
     let mut reactive = Gauges::new("foresight_reactive_replicas", "Replicas the reactive rule alone would ask for");
     let mut pods = Gauges::new("foresight_pods_scraped", "Pods that answered the latest scrape (scraped sources)");
     let mut info = Gauges::new("foresight_decision_info", "The latest decision's policy, binding constraint and mode");
+    let mut unavailable = Gauges::new(
+        "foresight_decision_unavailable",
+        "1 while a workload has no answer (no or stale signal past any forecast bridge): KEDA's fallback applies",
+    );
     for w in snap.workloads() {
         let base = || vec![("namespace", w.namespace.clone()), ("workload", w.name.clone())];
         let with = |extra: &[(&'static str, String)]| {
@@ -158,12 +162,19 @@ fn gauges(snap: &Snapshot, now: f64) -> Vec<Gauges> {
                 || reported.bound.map_or("none".to_string(), |b| format!("{b:?}").to_lowercase()),
                 |b| format!("{b:?}").to_lowercase(),
             );
-            let mode = if w.shadow.is_some() { "shadow" } else { "active" };
+            let mode = if w.forecast_only {
+                "forecast_only"
+            } else if w.shadow.is_some() {
+                "shadow"
+            } else {
+                "active"
+            };
             info.push(
                 with(&[("policy", reported.policy.as_str().into()), ("binding", binding), ("mode", mode.into())]),
                 1.0,
             );
         }
+        unavailable.push(base(), if w.decision.is_none() { 1.0 } else { 0.0 });
         if let Some(r) = w.reactive_replicas {
             reactive.push(base(), f64::from(r));
         }
@@ -190,7 +201,24 @@ fn gauges(snap: &Snapshot, now: f64) -> Vec<Gauges> {
         cost.push(l(), pp.cost_per_hour_now);
     }
     vec![
-        value, age, target, forecast, point, mase, fit, desired, needed, reactive, pods, info, warm, in_use, buffer,
-        planned, reserved, cost,
+        value,
+        age,
+        target,
+        forecast,
+        point,
+        mase,
+        fit,
+        desired,
+        needed,
+        reactive,
+        pods,
+        info,
+        unavailable,
+        warm,
+        in_use,
+        buffer,
+        planned,
+        reserved,
+        cost,
     ]
 }

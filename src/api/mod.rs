@@ -6,6 +6,7 @@
 //! Handlers read the published snapshot; only history reads the store.
 //! Errors are `application/problem+json` ([`problem::Problem`]).
 
+pub mod guard;
 pub mod metrics;
 pub mod problem;
 mod ui;

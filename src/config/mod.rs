@@ -116,6 +116,8 @@ pub struct SizingSettings {
     pub quantile: f64,
     pub scale_down_stabilization: Duration,
     pub plan_step_secs: i64,
+    /// How long a stale target signal may be bridged by the last good forecast.
+    pub forecast_only: Duration,
 }
 
 /// How forecasts are refitted in the background (see [`crate::refit`]).
@@ -161,6 +163,36 @@ pub struct TlsFiles {
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpSettings {
     pub listen: SocketAddr,
+    pub tls: Option<TlsFiles>,
+    /// Required on `/api/*` and `/ui` when set.
+    pub bearer_token: Option<Secret>,
+    pub max_in_flight: usize,
+}
+
+/// A credential: compared, never printed (`Debug` shows its length only).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Equal to `other`, in time that does not depend on where they differ.
+    pub fn matches(&self, other: &[u8]) -> bool {
+        let a = self.0.as_bytes();
+        a.len() == other.len() && a.iter().zip(other).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret({} bytes)", self.0.len())
+    }
 }
 
 /// One workload Foresight sizes.
@@ -324,18 +356,49 @@ fn validate(
     if raw.grpc.listen == raw.http.listen && raw.grpc.listen.port() != 0 {
         bad("http.listen".into(), format!("is the same address as grpc.listen ({})", raw.grpc.listen));
     }
-    let tls = raw.grpc.tls.map(|t| TlsFiles {
-        cert_file: base.join(t.cert_file),
-        key_file: base.join(t.key_file),
-        client_ca_file: t.client_ca_file.map(|p| base.join(p)),
-    });
-    if let Some(t) = &tls {
-        let files = [("grpc.tls.cert_file", Some(&t.cert_file)), ("grpc.tls.key_file", Some(&t.key_file))];
-        for (field, path) in files.into_iter().chain([("grpc.tls.client_ca_file", t.client_ca_file.as_ref())]) {
-            if let Some(path) = path.filter(|p| !p.is_file()) {
-                bad(field.into(), format!("no such file: {}", path.display()));
+    let mut tls_files = |section: &str, raw: Option<raw::RawTls>| {
+        let tls = raw.map(|t| TlsFiles {
+            cert_file: base.join(t.cert_file),
+            key_file: base.join(t.key_file),
+            client_ca_file: t.client_ca_file.map(|p| base.join(p)),
+        });
+        if let Some(t) = &tls {
+            let files = [
+                ("cert_file", Some(&t.cert_file)),
+                ("key_file", Some(&t.key_file)),
+                ("client_ca_file", t.client_ca_file.as_ref()),
+            ];
+            for (field, path) in files {
+                if let Some(path) = path.filter(|p| !p.is_file()) {
+                    bad(format!("{section}.tls.{field}"), format!("no such file: {}", path.display()));
+                }
             }
         }
+        tls
+    };
+    let tls = tls_files("grpc", raw.grpc.tls);
+    let http_tls = tls_files("http", raw.http.tls);
+    let bearer_token = match raw.http.bearer_token_file.map(|p| base.join(p)) {
+        None => None,
+        Some(p) => match std::fs::read_to_string(&p) {
+            Ok(t) if t.trim().len() >= 16 && t.trim().bytes().all(|b| b.is_ascii_graphic()) => {
+                Some(Secret::new(t.trim()))
+            }
+            Ok(_) => {
+                bad(
+                    "http.bearer_token_file".into(),
+                    format!("{}: the token must be at least 16 printable ASCII characters", p.display()),
+                );
+                None
+            }
+            Err(e) => {
+                bad("http.bearer_token_file".into(), format!("cannot read {}: {e}", p.display()));
+                None
+            }
+        },
+    };
+    if !(1..=65_536).contains(&raw.http.max_in_flight) {
+        bad("http.max_in_flight".into(), format!("must be within 1..=65536, got {}", raw.http.max_in_flight));
     }
     let st = &raw.store;
     if !(1..=86_400).contains(&st.resolution_secs) {
@@ -533,7 +596,12 @@ fn validate(
     Ok(Settings {
         origin: origin.to_string(),
         grpc: GrpcSettings { listen: raw.grpc.listen, tls },
-        http: HttpSettings { listen: raw.http.listen },
+        http: HttpSettings {
+            listen: raw.http.listen,
+            tls: http_tls,
+            bearer_token,
+            max_in_flight: raw.http.max_in_flight.clamp(1, 65_536),
+        },
         tick_interval: Duration::from_secs_f64(raw.tick_interval_secs),
         log_every_decision: raw.log_every_decision,
         store,
@@ -692,11 +760,15 @@ fn validate_sizing(
     if !(1..=3600).contains(&raw.plan_step_secs) {
         bad("sizing.plan_step_secs".into(), format!("must be within 1..=3600, got {}", raw.plan_step_secs));
     }
+    if !(0.0..=86_400.0).contains(&raw.forecast_only_secs) {
+        bad("sizing.forecast_only_secs".into(), format!("must be within 0..=86400, got {}", raw.forecast_only_secs));
+    }
     SizingSettings {
         policy,
         quantile: raw.quantile,
         scale_down_stabilization: Duration::from_secs_f64(w.clamp(0.0, 86_400.0)),
         plan_step_secs: raw.plan_step_secs.clamp(1, 3600) as i64,
+        forecast_only: Duration::from_secs_f64(raw.forecast_only_secs.clamp(0.0, 86_400.0)),
     }
 }
 

@@ -269,6 +269,15 @@ pub struct RawSizing {
     /// Time step of the node plan's timeline.
     #[serde(default = "default_plan_step_secs")]
     pub plan_step_secs: u64,
+    /// With the target signal stale, answer from the last good forecast for
+    /// this long (never below the last decision), then give no answer so
+    /// KEDA's fallback applies; 0: no answer as soon as the signal is stale.
+    #[serde(default = "default_forecast_only_secs")]
+    pub forecast_only_secs: f64,
+}
+
+fn default_forecast_only_secs() -> f64 {
+    600.0
 }
 
 impl Default for RawSizing {
@@ -278,6 +287,7 @@ impl Default for RawSizing {
             quantile: default_sizing_quantile(),
             scale_down_stabilization_secs: default_stabilization_secs(),
             plan_step_secs: default_plan_step_secs(),
+            forecast_only_secs: default_forecast_only_secs(),
         }
     }
 }
@@ -402,12 +412,30 @@ pub struct RawTls {
 pub struct RawHttp {
     #[serde(default = "default_http_listen")]
     pub listen: SocketAddr,
+    /// Serve HTTPS instead of HTTP (and, with `client_ca_file`, require client certificates).
+    #[serde(default)]
+    pub tls: Option<RawTls>,
+    /// A file holding a bearer token that `/api/*` and `/ui` then require; probes and `/metrics` stay open.
+    #[serde(default)]
+    pub bearer_token_file: Option<PathBuf>,
+    /// Requests served at once; past it the server answers 503 at once instead of queueing.
+    #[serde(default = "default_http_max_in_flight")]
+    pub max_in_flight: usize,
 }
 
 impl Default for RawHttp {
     fn default() -> Self {
-        RawHttp { listen: default_http_listen() }
+        RawHttp {
+            listen: default_http_listen(),
+            tls: None,
+            bearer_token_file: None,
+            max_in_flight: default_http_max_in_flight(),
+        }
     }
+}
+
+fn default_http_max_in_flight() -> usize {
+    256
 }
 
 fn default_http_listen() -> SocketAddr {

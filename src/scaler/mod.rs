@@ -32,6 +32,12 @@ pub fn tls_config(files: &TlsFiles) -> anyhow::Result<ServerTlsConfig> {
     Ok(tls)
 }
 
+/// Largest request accepted: a ScaledObjectRef is a name, a namespace and
+/// trigger metadata, a few KiB at most; anything larger is refused with
+/// OUT_OF_RANGE before it is decoded. No per-connection concurrency
+/// limit: KEDA multiplexes one stream per ScaledObject on one connection.
+pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
+
 /// Serve the scaler and health services on `listener` until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
@@ -48,7 +54,10 @@ pub async fn serve(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     builder
         .add_service(health_service)
-        .add_service(ExternalScalerServer::new(Scaler::new(registry, shutdown.clone())))
+        .add_service(
+            ExternalScalerServer::new(Scaler::new(registry, shutdown.clone()))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
         .await
         .context("gRPC server")

@@ -43,6 +43,9 @@ pub enum StoreError {
     /// A range read would need more buckets than one answer may hold.
     #[error("history store {}: range of {buckets} buckets exceeds the limit of {limit}", path.display())]
     RangeTooLarge { path: PathBuf, buckets: u64, limit: u64 },
+    /// Closed after an I/O error; the next flush reopens it.
+    #[error("history store {}: closed after an I/O error (disk full or read-only?); reopened at the next flush", path.display())]
+    Reopening { path: PathBuf },
     /// No more series ids (u32) are free.
     #[error("history store {}: series id space exhausted", path.display())]
     TooManySeries { path: PathBuf },

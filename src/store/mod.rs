@@ -204,7 +204,10 @@ struct Dirty {
 
 /// The history store. `Send + Sync`: share it with an `Arc`.
 pub struct Store {
-    db: Database,
+    /// `None` after an I/O error closed it, until a flush reopens it.
+    db: arc_swap::ArcSwapOption<Database>,
+    /// What the file was opened with, to reopen it.
+    cfg: StoreConfig,
     /// The file, or `:memory:`, for errors and logs.
     path: PathBuf,
     res_secs: u64,
@@ -249,7 +252,8 @@ impl Store {
         let inner = load_series(&db, &path)?;
         info!(path = %path.display(), series = inner.series.len(), resolution_secs = res_secs, "history store open");
         Ok(Store {
-            db,
+            db: arc_swap::ArcSwapOption::from_pointee(db),
+            cfg: cfg.clone(),
             path,
             res_secs,
             retention: cfg.retention,
@@ -381,7 +385,7 @@ impl Store {
             }
         }
         if !on_disk.is_empty() {
-            let txn = self.db.begin_write().ctx(&self.path, "begin backfill")?;
+            let txn = self.handle()?.begin_write().ctx(&self.path, "begin backfill")?;
             {
                 if !s.persisted {
                     txn.open_table(NAMES)
@@ -448,7 +452,7 @@ impl Store {
             }
             // Begun under the lock, so disk and memory are from the same moment:
             // a chunk is either still in memory here or committed in this snapshot.
-            let txn = if s.persisted { Some(self.db.begin_read().ctx(&self.path, "begin read")?) } else { None };
+            let txn = if s.persisted { Some(self.handle()?.begin_read().ctx(&self.path, "begin read")?) } else { None };
             (s.id, in_memory, txn)
         };
         let Some(txn) = txn else { return Ok(out) };
@@ -487,10 +491,45 @@ impl Store {
         self.flush_at(SystemTime::now())
     }
 
+    /// The open database, or an error while it is closed after an I/O error.
+    fn handle(&self) -> Result<Arc<Database>, StoreError> {
+        self.db.load_full().ok_or_else(|| StoreError::Reopening { path: self.path.clone() })
+    }
+
+    /// After an I/O error redb refuses every later operation until the file is
+    /// reopened (a full disk, a read-only remount): close it and open it again,
+    /// which also repairs it if the failed commit left it needing that. What was
+    /// not committed is still in memory and goes out with the next flush.
+    fn reopen(&self) -> Result<(), StoreError> {
+        self.db.store(None);
+        let db = open_db(&self.cfg, &self.path)?;
+        init_or_check_meta(&db, &self.path, self.res_secs)?;
+        self.db.store(Some(Arc::new(db)));
+        info!(path = %self.path.display(), "history store reopened after an I/O error");
+        Ok(())
+    }
+
     /// [`flush`](Self::flush) with `now` as the clock retention is measured
     /// against (tests, simulated time).
     pub fn flush_at(&self, now: SystemTime) -> Result<FlushStats, StoreError> {
         let _one_at_a_time = lock(&self.flushing);
+        if self.db.load().is_none() {
+            self.reopen()?;
+        }
+        let flushed = self.flush_locked(now);
+        if let Err(StoreError::Db { source, .. }) = &flushed {
+            // An in-memory store has no file to reopen (and reopening would empty it).
+            if self.cfg.path.is_some() && matches!(**source, redb::Error::PreviousIo | redb::Error::Io(_)) {
+                // Reopen now, so the next flush can succeed once the disk can take it.
+                if let Err(e) = self.reopen() {
+                    warn!(error = %e, "reopening the history store failed; retried at the next flush");
+                }
+            }
+        }
+        flushed
+    }
+
+    fn flush_locked(&self, now: SystemTime) -> Result<FlushStats, StoreError> {
         let (names, dirty, prune) = {
             let mut inner = lock(&self.inner);
             let prune = self.prune_due(&inner, now);
@@ -533,7 +572,7 @@ impl Store {
         };
 
         // The write and its fsync, outside the state lock.
-        let txn = self.db.begin_write().ctx(&self.path, "begin flush")?;
+        let txn = self.handle()?.begin_write().ctx(&self.path, "begin flush")?;
         let mut pruned = 0;
         {
             let mut table = txn.open_table(NAMES).ctx(&self.path, "open series table")?;
@@ -616,7 +655,7 @@ impl Store {
     }
 
     fn load_chunk(&self, id: u32, c: i64) -> Result<MemChunk, StoreError> {
-        let txn = self.db.begin_read().ctx(&self.path, "begin read")?;
+        let txn = self.handle()?.begin_read().ctx(&self.path, "begin read")?;
         let table = txn.open_table(CHUNKS).ctx(&self.path, "open chunk table")?;
         let bytes = table.get((id, c)).ctx(&self.path, "read chunk")?.map(|g| g.value().to_vec());
         Ok(match bytes {

@@ -186,6 +186,14 @@ impl Server {
     /// [`Server::start`] with extra environment for the child (set after
     /// `RUST_LOG`, so `("RUST_LOG", "...")` overrides the default filter).
     pub fn start_with_env(dir: &Path, yaml: &str, env: &[(&str, &str)]) -> Server {
+        let server = Server::spawn(dir, yaml, env);
+        server.wait_ready(Duration::from_secs(30));
+        server
+    }
+
+    /// Start `foresight serve` and wait until it listens, not until it is ready
+    /// (for servers whose HTTP port plain HTTP cannot reach: HTTPS, tokens).
+    pub fn spawn(dir: &Path, yaml: &str, env: &[(&str, &str)]) -> Server {
         let config = dir.join("foresight.yaml");
         std::fs::write(&config, yaml).unwrap();
         let mut cmd = Command::new(bin());
@@ -218,9 +226,7 @@ impl Server {
                 panic!("foresight did not start listening; log:\n{}", log.lock().unwrap().join("\n"));
             }
         };
-        let server = Server { child, grpc, http, config, log };
-        server.wait_ready(Duration::from_secs(30));
-        server
+        Server { child, grpc, http, config, log }
     }
 
     /// Log lines so far that contain every one of `needles`.
