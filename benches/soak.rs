@@ -88,6 +88,8 @@ fn main() {
 }
 
 async fn run(secs: u64) {
+    // As `main` does: reqwest's rustls needs a crypto provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // The pods: one fake vLLM /metrics body for every workload.
     let body =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake-vllm/llama-8b.txt")).unwrap();

@@ -19,3 +19,10 @@ pub fn ser_unix<S: serde::Serializer>(t: &i64, s: S) -> Result<S::Ok, S::Error> 
     };
     s.serialize_str(&rfc3339(at))
 }
+
+/// `secs` clamped to [lo, hi] as a Duration; NaN gives `lo`. For config
+/// values whose range is reported as a problem separately: turning a bad
+/// value into a Duration must not panic before that report is made.
+pub fn secs_within(secs: f64, lo: f64, hi: f64) -> std::time::Duration {
+    std::time::Duration::from_secs_f64(if secs.is_nan() { lo } else { secs.clamp(lo, hi) })
+}

@@ -416,8 +416,8 @@ fn validate(
     let store = StoreSettings {
         path: st.path.as_ref().map(|p| base.join(p)),
         resolution: Duration::from_secs(st.resolution_secs.clamp(1, 86_400)),
-        retention: Duration::from_secs_f64(st.retention_days.clamp(1.0 / 24.0, 3650.0) * 86_400.0),
-        flush_interval: Duration::from_secs_f64(st.flush_interval_secs.clamp(0.1, 3600.0)),
+        retention: crate::time::secs_within(st.retention_days * 86_400.0, 3600.0, 3650.0 * 86_400.0),
+        flush_interval: crate::time::secs_within(st.flush_interval_secs, 0.1, 3600.0),
         cache_bytes: (st.cache_mib.clamp(1, 65_536) as usize) << 20,
     };
     let fc = &raw.forecast;
@@ -472,9 +472,9 @@ fn validate(
     quantiles.dedup();
     let forecast = ForecastSettings {
         enabled: fc.enabled,
-        refit_interval: Duration::from_secs_f64(fc.refit_interval_secs.clamp(10.0, 86_400.0)),
-        reselect_interval: Duration::from_secs_f64(fc.reselect_interval_secs.clamp(10.0, 30.0 * 86_400.0)),
-        history: Duration::from_secs_f64(fc.history_days.clamp(1.0 / 24.0, 3650.0) * 86_400.0),
+        refit_interval: crate::time::secs_within(fc.refit_interval_secs, 10.0, 86_400.0),
+        reselect_interval: crate::time::secs_within(fc.reselect_interval_secs, 10.0, 30.0 * 86_400.0),
+        history: crate::time::secs_within(fc.history_days * 86_400.0, 3600.0, 3650.0 * 86_400.0),
         origins: fc.origins.clamp(1, 100),
         quantiles,
         seasons,
@@ -706,8 +706,8 @@ fn validate_kubernetes(
     Some(KubeSettings {
         kubeconfig,
         context: k.context,
-        refresh: Duration::from_secs_f64(k.refresh_secs.clamp(1.0, 86_400.0)),
-        timeout: Duration::from_secs_f64(k.timeout_secs.clamp(0.1, 600.0)),
+        refresh: crate::time::secs_within(k.refresh_secs, 1.0, 86_400.0),
+        timeout: crate::time::secs_within(k.timeout_secs, 0.1, 600.0),
         gpu: GpuKeys {
             resource: k.gpu.resource.clone(),
             device_classes: k.gpu.device_classes,
@@ -766,9 +766,9 @@ fn validate_sizing(
     SizingSettings {
         policy,
         quantile: raw.quantile,
-        scale_down_stabilization: Duration::from_secs_f64(w.clamp(0.0, 86_400.0)),
+        scale_down_stabilization: crate::time::secs_within(w, 0.0, 86_400.0),
         plan_step_secs: raw.plan_step_secs.clamp(1, 3600) as i64,
-        forecast_only: Duration::from_secs_f64(raw.forecast_only_secs.clamp(0.0, 86_400.0)),
+        forecast_only: crate::time::secs_within(raw.forecast_only_secs, 0.0, 86_400.0),
     }
 }
 

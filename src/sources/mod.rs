@@ -157,7 +157,7 @@ impl SourceConfig {
             SourceConfig::Prometheus(c) => c.interval_secs,
             SourceConfig::Simulated(c) => c.interval_secs,
         };
-        Duration::from_secs_f64(secs.clamp(0.1, 3600.0))
+        crate::time::secs_within(secs, 0.1, 3600.0)
     }
 
     /// Problems as (field path below `source`, message).
@@ -180,17 +180,28 @@ impl SourceConfig {
     }
 }
 
-/// An HTTP client for the sources. reqwest is built without a default TLS
-/// crypto provider, so install ring (the one tonic uses) once, first.
+/// An HTTP client for the sources, one per distinct timeout, shared by every
+/// collector: a client carries its own TLS roots and connection pool, and
+/// one each for thousands of workloads cost ~150 KiB apiece for nothing.
+/// reqwest is built without a default TLS crypto provider, so install ring
+/// (the one tonic uses) once, first.
 pub(crate) fn http_client(timeout: Duration) -> reqwest::Client {
     static PROVIDER: std::sync::Once = std::sync::Once::new();
+    static CLIENTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<Duration, reqwest::Client>>> =
+        std::sync::LazyLock::new(Default::default);
     PROVIDER.call_once(|| {
         // Err means a provider is installed already, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .user_agent(concat!("foresight/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new())
+    let mut clients = CLIENTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    clients
+        .entry(timeout)
+        .or_insert_with(|| {
+            reqwest::Client::builder()
+                .timeout(timeout)
+                .user_agent(concat!("foresight/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .unwrap_or_else(|_| reqwest::Client::new())
+        })
+        .clone()
 }
