@@ -6,7 +6,7 @@
 //! error counts, and the server's resident memory every 30 s: it must not
 //! grow once warm.
 //!
-//! `cargo bench --bench soak`
+//! `cargo bench --bench soak` (FORESIGHT_SOAK_CACHE_MIB sets the store's page cache, default 16)
 
 use std::{
     collections::HashMap,
@@ -99,8 +99,10 @@ async fn run(secs: u64) {
     tokio::spawn(async move { axum::serve(pods, app).await.unwrap() });
 
     let dir = tempfile::tempdir().unwrap();
-    let mut yaml = String::from(
-        "grpc: {listen: 127.0.0.1:0}\nhttp: {listen: 127.0.0.1:0, max_in_flight: 1024}\ntick_interval_secs: 10\nstore: {path: history.redb, resolution_secs: 60}\nworkloads:\n",
+    // FORESIGHT_SOAK_CACHE_MIB: the store's page cache (default 16), to tell its filling from a leak.
+    let cache: u32 = std::env::var("FORESIGHT_SOAK_CACHE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let mut yaml = format!(
+        "grpc: {{listen: 127.0.0.1:0}}\nhttp: {{listen: 127.0.0.1:0, max_in_flight: 1024}}\ntick_interval_secs: 10\nstore: {{path: history.redb, resolution_secs: 60, cache_mib: {cache}}}\nworkloads:\n"
     );
     for i in 0..WORKLOADS {
         yaml += &format!(
