@@ -120,7 +120,10 @@ fn out_of_range_values_are_errors_not_panics() {
         ("defaults: {max_replicas: 4294967295}\n", "workloads[0].max_replicas: must be within 1..=2147483647"),
         // Found by the fuzzer: a NaN duration once panicked before its range check.
         ("store: {flush_interval_secs: .nan}\n", "store.flush_interval_secs: must be within 0.1..=3600, got NaN"),
-        ("forecast: {refit_interval_secs: .nan}\nsizing: {forecast_only_secs: .nan}\n", "sizing.forecast_only_secs: must be within 0..=86400, got NaN"),
+        (
+            "forecast: {refit_interval_secs: .nan}\nsizing: {forecast_only_secs: .nan}\n",
+            "sizing.forecast_only_secs: must be within 0..=86400, got NaN",
+        ),
     ];
     for (prefix, want) in cases {
         let (code, _, err) = check(&format!("{prefix}{GOOD}"));

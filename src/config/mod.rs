@@ -482,7 +482,7 @@ fn validate(
     let sizing = validate_sizing(&raw.sizing, &forecast, &mut bad);
     let pools = validate_pools(&raw.pools, &mut bad);
     let reservations = validate_reservations(&raw.reservations, &pools, &mut bad);
-    let kubernetes = validate_kubernetes(raw.kubernetes, base, &pools, &mut bad);
+    let kubernetes = validate_kubernetes(raw.kubernetes, base, &mut bad);
     let d = &raw.defaults;
     if d.min_replicas > d.max_replicas {
         bad(
@@ -617,13 +617,12 @@ fn validate(
 /// Kubernetes inputs with every default (in-cluster config, else `$KUBECONFIG`).
 pub fn default_kube_settings() -> KubeSettings {
     let raw: raw::RawKubernetes = serde_yaml_ng::from_str("{}").expect("every kubernetes field has a default");
-    validate_kubernetes(Some(raw), Path::new("."), &[], &mut |_, _| {}).expect("given Some")
+    validate_kubernetes(Some(raw), Path::new("."), &mut |_, _| {}).expect("given Some")
 }
 
 fn validate_kubernetes(
     raw: Option<raw::RawKubernetes>,
     base: &Path,
-    pools: &[Pool],
     bad: &mut impl FnMut(String, String),
 ) -> Option<KubeSettings> {
     use crate::cluster::{Actuation, ActuationKind, ActuationMode, ActuationTarget, GpuKeys, NodeKeys, PoolDefaults};
@@ -679,10 +678,7 @@ fn validate_kubernetes(
     ];
     for (kind, field, list) in lists {
         for (i, t) in list.iter().enumerate() {
-            if !pools.iter().any(|p| p.name == t.pool) {
-                // Discovered pools are known only at run time; config pools are checked now.
-                tracing::debug!(pool = %t.pool, "actuation target names a pool not in config; it must be discovered");
-            }
+            // A pool not in config may be one discovered at run time; the actuation pass reports an unknown one.
             if t.name.is_empty() || t.namespace.is_empty() {
                 bad(format!("kubernetes.actuation.{field}[{i}]"), "needs `namespace` and `name`".into());
             }
