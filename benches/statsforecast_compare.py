@@ -85,6 +85,33 @@ def statsforecast_models(periods, n_train):
     }
 
 
+def oracles(values, splits, summary):
+    """Forecasts that see the test windows: not rivals, but how low MASE can go.
+
+    - oracle-profile: a time-of-day (and, with two weeks, time-of-week) profile,
+      10 and 6 Fourier pairs on log(1 + y), fitted on the whole series, test
+      windows included: the best any fixed seasonal shape can do.
+    - oracle-median-1h: the median of the actual values in the hour centred on
+      each point: knows the local level, only the noise around it is left.
+    """
+    y = fill_gaps(values)
+    step, n = summary["step_secs"], len(y)
+    cols = [np.ones(n)]
+    for period, k in zip(summary["seasons"], (10, 6)):
+        if n >= 2 * period:
+            ph = 2 * np.pi * (np.arange(n) % period) / period
+            cols += [f(j * ph) for j in range(1, k + 1) for f in (np.sin, np.cos)]
+    x = np.column_stack(cols)
+    beta = np.linalg.lstsq(x, np.log1p(np.maximum(y, 0)), rcond=None)[0]
+    profile = np.expm1(x @ beta)
+    half = max(1, 1800 // step)
+    med = np.array([np.nanmedian(values[max(0, i - half):i + half + 1]) for i in range(n)])
+    return {
+        "oracle-profile": {i: profile[o:e] for i, (_, o, e) in enumerate(splits)},
+        "oracle-median-1h": {i: med[o:e] for i, (_, o, e) in enumerate(splits)},
+    }
+
+
 def run_dir(d: Path):
     summary, values, splits, foresight = read_dir(d)
     periods = summary["seasons"]
@@ -93,16 +120,19 @@ def run_dir(d: Path):
     # kept beside them, so re-scoring after a Foresight change takes seconds.
     cache = d / "statsforecast_cache.json"
     key = {"splits": [list(s) for s in splits], "horizon": h, "seasons": periods, "version": statsforecast.__version__}
+    sf_forecasts, sf_secs = {}, {}
     if cache.exists():
         cached = json.loads(cache.read_text())
         if cached["key"] == key:
-            return score_dir(d, summary, values, splits, foresight,
-                             {m: {int(i): f for i, f in fs.items()} for m, fs in cached["forecasts"].items()},
-                             cached["secs"])
-    sf_forecasts, sf_secs = {}, {}
+            sf_forecasts = {m: {int(i): f for i, f in fs.items()} for m, fs in cached["forecasts"].items()}
+            sf_secs = cached["secs"]
+    # Written after every split, so an interrupted run resumes where it stopped
+    # (statsforecast takes minutes per split on the 5-minute traces).
     for i, (start, origin, end) in enumerate(splits):
         train = fill_gaps(values[start:origin])
         for name, model in statsforecast_models(periods, len(train)).items():
+            if i in sf_forecasts.get(name, {}):
+                continue
             t0 = time.perf_counter()
             try:
                 f = model.forecast(y=train, h=h)["mean"]
@@ -111,7 +141,8 @@ def run_dir(d: Path):
                 continue
             sf_secs.setdefault(name, []).append(time.perf_counter() - t0)
             sf_forecasts.setdefault(name, {})[i] = [float(x) for x in f]
-    cache.write_text(json.dumps({"key": key, "forecasts": sf_forecasts, "secs": sf_secs}))
+            cache.write_text(json.dumps({"key": key, "forecasts": sf_forecasts, "secs": sf_secs}))
+        print(f"{d.name}: statsforecast split {i + 1}/{len(splits)} done", file=sys.stderr, flush=True)
     return score_dir(d, summary, values, splits, foresight, sf_forecasts, sf_secs)
 
 
@@ -125,6 +156,8 @@ def score_dir(d, summary, values, splits, foresight, sf_forecasts, sf_secs):
         secs = sf_secs[name]
         rows.append({"tool": "statsforecast", "model": name, "mase": mase(values, splits, f, day),
                      "fit_ms": 1e3 * sum(secs) / len(secs)})
+    for name, f in oracles(values, splits, summary).items():
+        rows.append({"tool": "oracle", "model": name, "mase": mase(values, splits, f, day)})
     # Foresight's own MASE for `auto` must agree with ours: same metric, same splits.
     own = {r["model"]: r["mase"] for r in summary["results"]}
     ours = next(r["mase"] for r in rows if r["tool"] == "foresight" and r["model"] == "auto")

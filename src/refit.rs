@@ -38,7 +38,7 @@ pub struct ForecastView {
     pub regime: Regime,
     /// Backtest MASE of the chosen model; `None` when the history was too short to backtest.
     pub backtest_mase: Option<f64>,
-    /// Every candidate's backtest MASE at the last selection, best first.
+    /// Every candidate's backtest MASE at the last selection, the chosen one first, then best first.
     pub candidates: Vec<(String, f64)>,
     /// When the model was last chosen by backtest (refits in between reuse it).
     pub selected_at: String,

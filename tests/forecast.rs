@@ -116,6 +116,43 @@ fn a_level_shift_is_picked_up_within_hours() {
 }
 
 #[test]
+fn a_shift_the_model_has_followed_is_not_added_twice() {
+    // Flat but noisy, then +80 for the last six hours. Damped Holt has
+    // already moved there by itself (its new trend even carries it a little
+    // past); adding the shift again would put the forecast near 280.
+    let n = 5 * WEEK;
+    let s = series(n, |t| 100.0 + 3.0 * noise(t) + if t >= n - 6 { 80.0 } else { 0.0 });
+    let f = auto().forecast(&s, 6, &Choice::Named("holt-damped".into())).unwrap();
+    let mean = f.point.iter().sum::<f64>() / 6.0;
+    assert!(
+        (165.0..230.0).contains(&mean),
+        "forecast {mean:.1} after a shift from 100 to 180 (shift {:?})",
+        f.level_shift
+    );
+    // A model that does not follow the level (seasonal naive repeats
+    // yesterday) gets the whole shift added.
+    let f = auto().forecast(&s, 6, &Choice::Named("snaive-day".into())).unwrap();
+    let mean = f.point.iter().sum::<f64>() / 6.0;
+    assert!((mean - 180.0).abs() < 15.0, "seasonal naive forecast {mean:.1} (shift {:?})", f.level_shift);
+    assert!(f.level_shift.is_some_and(|s| s > 40.0), "shift {:?}", f.level_shift);
+}
+
+#[test]
+fn demand_cut_by_a_fraction_is_forecast_on_the_log_scale() {
+    // Two weeks of a strong daily cycle at full level, then the last three
+    // days at a third of it (a holiday, a storm): the daily swing shrinks
+    // with the level. The multiplicative models fit that; auto must pick
+    // one of them and follow the smaller swing.
+    let n = 5 * WEEK;
+    let full = |t: usize| 200.0 + 150.0 * (2.0 * std::f64::consts::PI * t as f64 / DAY as f64).sin() + noise(t);
+    let s = series(n, |t| if t >= n - 3 * DAY { full(t) / 3.0 } else { full(t) });
+    let f = auto().forecast(&s, DAY, &Choice::Auto).unwrap();
+    assert!(f.model.contains("-log"), "picked {} ({:?})", f.model, f.candidates);
+    let mae = f.point.iter().enumerate().map(|(k, p)| (p - full(n + k) / 3.0).abs()).sum::<f64>() / DAY as f64;
+    assert!(mae < 10.0, "mean error {mae:.1} against a level of ~67 (model {})", f.model);
+}
+
+#[test]
 fn gaps_do_not_break_the_forecast() {
     let mut s = series(4 * WEEK, |t| seasonal(t) + noise(t));
     for v in &mut s.values[300..340] {

@@ -81,7 +81,7 @@ pub struct ForecastResponse {
     pub regime: crate::forecast::Regime,
     /// Backtest MASE of the chosen model; null when the history was too short to backtest.
     pub backtest_mase: Option<f64>,
-    /// Every candidate's backtest MASE, best first.
+    /// Every candidate's backtest MASE, the chosen one first, then best first.
     pub candidates: Vec<(String, f64)>,
     pub fitted_at: String,
     pub step_secs: i64,

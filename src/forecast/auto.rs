@@ -7,12 +7,29 @@
 //! [`ShortTrend`](super::ets::ShortTrend), damped Holt blended with the
 //! latest value (the reactive signal).
 //!
-//! Selection: every candidate is fitted at each origin and scored by MASE;
-//! the mean of the best two or three is a candidate too, kept only if it
-//! scores better than the best single model.
+//! Selection: every candidate is fitted at each origin and scored by MASE.
+//! The forecast is the mean of the best two, unless the best alone scores
+//! clearly better (see [`SINGLE_MARGIN`]). Candidates are every model but
+//! the short regime's fallback: seasonal naive, Holt-Winters, damped Holt,
+//! MSTL, the calendar regression, and MSTL and the calendar regression on
+//! the log scale ([`LogScale`](super::logscale::LogScale)).
+//!
+//! A level shift the chosen models have not followed by themselves is added
+//! on top (see [`level_shift`]).
 
 use super::backtest::{self, Splits, MIN_INTERVAL_SPLITS};
-use super::{ets, model, naive, Forecast, ForecastError, Model, Regime, Seasons, Series};
+use super::{model, Forecast, ForecastError, Model, Regime, Seasons, Series};
+
+/// The best single model is chosen over the mean of the best two only when
+/// its backtest MASE is this fraction of the pair's or lower (10% better).
+///
+/// A dozen origins rank close models noisily: in the NAB comparison
+/// (`scripts/compare-statsforecast`) the best model of the backtest was often
+/// not the best of the next hours. Two good models, especially of different
+/// kinds (additive and multiplicative, level-tracking and seasonal), rarely
+/// both miss the same way, so their mean is the safer forecast unless one is
+/// clearly ahead.
+const SINGLE_MARGIN: f64 = 0.9;
 
 /// How the forecaster backtests and what it reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,7 +85,7 @@ pub struct Selection {
     pub mase: Option<f64>,
     /// Backtest residuals (actual - forecast), one row per origin: the intervals.
     pub residuals: Vec<Vec<f64>>,
-    /// Every candidate's backtest score, best first.
+    /// Every candidate's backtest score, the chosen one first, then best first.
     pub candidates: Vec<(String, f64)>,
 }
 
@@ -117,24 +134,17 @@ impl Forecaster {
         }
     }
 
-    /// The models a regime chooses among.
+    /// The models a regime chooses among, its default first.
     pub fn candidates(regime: Regime) -> Vec<Box<dyn Model>> {
-        match regime {
-            Regime::Short => vec![Box::new(ets::ShortTrend)],
-            Regime::Daily | Regime::Seasonal => {
-                let mut v: Vec<Box<dyn Model>> = vec![
-                    Box::new(naive::SeasonalNaive::Daily),
-                    Box::new(ets::HoltWinters { damped: true }),
-                    Box::new(ets::HoltWinters { damped: false }),
-                    Box::new(super::decompose::Mstl),
-                    Box::new(super::calendar::CalendarRegression),
-                ];
-                if regime == Regime::Seasonal {
-                    v.insert(1, Box::new(naive::SeasonalNaive::Weekly));
-                }
-                v
-            }
-        }
+        super::models()
+            .into_iter()
+            .filter(|m| match (regime, m.name()) {
+                (Regime::Short, name) => name == "short-trend",
+                // Weekly naive needs two weeks; short-trend is the short regime's fallback.
+                (Regime::Daily, name) => name != "short-trend" && name != "snaive-week",
+                (Regime::Seasonal, name) => name != "short-trend",
+            })
+            .collect()
     }
 
     /// Forecast `h` steps past the end of `series`.
@@ -158,12 +168,8 @@ impl Forecaster {
         let mut point = self.fit_members(&series, &seasons, chosen, h)?;
         // A shift has to hold for an hour (and three points) before it is believed.
         let min_run = ((3600 / series.step.max(1)) as usize).max(3);
-        let level_shift = if pool.is_empty() {
-            None
-        } else {
-            self.recent_errors(&series, &seasons, chosen, 2 * min_run)
-                .and_then(|recent| level_shift(pool, &recent, min_run))
-        };
+        let level_shift =
+            if pool.is_empty() { None } else { self.shift_left(&series, &seasons, chosen, pool, &point, min_run) };
         if let Some(shift) = level_shift {
             point.iter_mut().for_each(|p| *p += shift);
         }
@@ -244,7 +250,8 @@ impl Forecaster {
         Splits::rolling(series.len(), h, self.cfg.origins, step, self.cfg.train_window, min_train)
     }
 
-    /// Candidates (and ensembles of the best) by backtest MASE, best first.
+    /// Candidates by backtest MASE, best first, with the mean of the best two
+    /// placed first (the choice) unless the best alone is clearly better.
     /// Empty when the history is too short for any split.
     pub fn rank(
         &self,
@@ -274,31 +281,48 @@ impl Forecaster {
             .collect();
         ranked.sort_by(|a, b| a.mase.total_cmp(&b.mase));
         if self.cfg.ensemble && ranked.len() >= 2 {
-            for k in 2..=ranked.len().min(3) {
-                let members = &ranked[..k];
-                let forecasts: Vec<Option<Vec<f64>>> = (0..splits.list.len())
-                    .map(|i| mean_of(members.iter().filter_map(|c| c.forecasts[i].as_deref())))
-                    .collect();
-                if let Some(s) = backtest::score(series, seasons, &splits, &forecasts, (0.1, 0.9)) {
-                    let names: Vec<String> = members.iter().map(|c| c.name.clone()).collect();
-                    ranked.push(Candidate { name: ensemble_name(&names), members: names, mase: s.mase, forecasts });
-                }
+            let members = &ranked[..2];
+            let forecasts: Vec<Option<Vec<f64>>> = (0..splits.list.len())
+                .map(|i| mean_of(members.iter().filter_map(|c| c.forecasts[i].as_deref())))
+                .collect();
+            if let Some(s) = backtest::score(series, seasons, &splits, &forecasts, (0.1, 0.9)) {
+                let names: Vec<String> = members.iter().map(|c| c.name.clone()).collect();
+                let pair = Candidate { name: ensemble_name(&names), members: names, mase: s.mase, forecasts };
+                let at = usize::from(ranked[0].mase < SINGLE_MARGIN * pair.mase);
+                ranked.insert(at, pair);
             }
-            ranked.sort_by(|a, b| a.mase.total_cmp(&b.mase));
         }
         ranked
     }
 
-    /// actual - forecast over the last `w` points, from the chosen model fitted
-    /// on everything before them; `None` if the history is too short for that.
-    fn recent_errors(&self, series: &Series, seasons: &Seasons, members: &[String], w: usize) -> Option<Vec<f64>> {
-        let n = series.len();
-        if w == 0 || n < 4 * w {
+    /// The part of a recent level shift (see [`level_shift`]) that the model
+    /// refitted on all history has not already followed.
+    ///
+    /// The evidence is a forecast made `2 * min_run` points ago: how far the
+    /// latest points ran from it. Models that track the level (AR errors,
+    /// Holt's level) have moved part or all of the way on their own since;
+    /// that part is how far `fresh` sits from the old forecast for the same
+    /// future points, and adding it again would overshoot.
+    fn shift_left(
+        &self,
+        series: &Series,
+        seasons: &Seasons,
+        members: &[String],
+        pool: &[Vec<f64>],
+        fresh: &[f64],
+        min_run: usize,
+    ) -> Option<f64> {
+        let (n, w, h) = (series.len(), 2 * min_run, fresh.len());
+        if n < 4 * w {
             return None;
         }
-        let head = series.slice(0, n - w);
-        let f = self.fit_members(&head, seasons, members, w).ok()?;
-        Some(series.values[n - w..].iter().zip(&f).map(|(a, p)| a - p).collect())
+        let old = self.fit_members(&series.slice(0, n - w), seasons, members, w + h).ok()?;
+        let recent: Vec<f64> = series.values[n - w..].iter().zip(&old).map(|(a, p)| a - p).collect();
+        let shift = level_shift(pool, &recent, min_run)?;
+        let mut moved: Vec<f64> = fresh.iter().zip(&old[w..]).map(|(f, o)| f - o).collect();
+        let moved = backtest::quantile(&mut moved, 0.5);
+        let left = if shift > 0.0 { (shift - moved).max(0.0) } else { (shift - moved).min(0.0) };
+        (left != 0.0).then_some(left)
     }
 
     fn fit_members(

@@ -9,7 +9,9 @@
 //!   (scores are always against the raw series).
 //! - models, each a [`Model`]: [`naive`] (seasonal naive), [`ets`] (Holt-Winters
 //!   and damped Holt, fitted by Nelder-Mead), [`decompose`] (MSTL) and
-//!   [`calendar`] (regression on calendar features with AR(1) errors).
+//!   [`calendar`] (regression on calendar features with AR(1) errors), and
+//!   [`logscale`], the MSTL and calendar models fitted on `ln(1 + y)` for
+//!   demand whose swings scale with its level.
 //! - [`backtest`]: rolling-origin splits and scores (MASE, sMAPE, pinball, coverage).
 //! - [`auto`]: picks the regime from how much history there is, backtests the
 //!   candidates, keeps the best model or an ensemble of the best, and sets
@@ -30,6 +32,7 @@ pub mod backtest;
 pub mod calendar;
 pub mod decompose;
 pub mod ets;
+pub mod logscale;
 pub mod naive;
 pub mod prep;
 
@@ -189,7 +192,7 @@ pub struct Forecast {
     /// Added to the chosen model's forecast because the latest observations
     /// moved away from it and stayed away (see `auto`); `None` when no shift was seen.
     pub level_shift: Option<f64>,
-    /// Why this model: the candidates' backtest scores, best first.
+    /// Why this model: the candidates' backtest scores, the chosen one first, then best first.
     pub candidates: Vec<(String, f64)>,
     /// The selection behind this forecast, to refit cheaply with [`auto::Choice::Reuse`].
     #[serde(skip)]
@@ -231,6 +234,8 @@ pub fn models() -> Vec<Box<dyn Model>> {
         Box::new(ets::ShortTrend),
         Box::new(decompose::Mstl),
         Box::new(calendar::CalendarRegression),
+        Box::new(logscale::LogScale { inner: Box::new(decompose::Mstl), name: "mstl-log" }),
+        Box::new(logscale::LogScale { inner: Box::new(calendar::CalendarRegression), name: "calendar-log" }),
     ]
 }
 
