@@ -360,9 +360,12 @@ async fn flush_loop(store: Arc<Store>, every: Duration, shutdown: CancellationTo
             }
             Ok(Err(e)) => {
                 crate::telemetry::flush_error();
-                let (n, last) = failing.get_or_insert((0, std::time::Instant::now() - Duration::from_secs(3600)));
+                // The first failure is logged at once. (Not by back-dating an
+                // Instant: on a node up for less than that, the subtraction panics.)
+                let first = failing.is_none();
+                let (n, last) = failing.get_or_insert((0, std::time::Instant::now()));
                 *n += 1;
-                if last.elapsed() >= Duration::from_secs(60) {
+                if first || last.elapsed() >= Duration::from_secs(60) {
                     *last = std::time::Instant::now();
                     error!(error = %e, failed_flushes = *n, "history flush failed; history since the last good flush is held in memory and retried");
                 }
