@@ -13,7 +13,7 @@ use std::{
     collections::HashMap,
     path::Path,
     sync::Arc,
-    time::{Duration, Instant, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use common::{Server, KEY};
@@ -64,12 +64,7 @@ fn replica(now_secs: f64) -> (Engine, Arc<Registry>) {
     let store = Arc::new(Store::open(Default::default()).unwrap());
     let registry = Registry::new();
     let demand = |t: f64| 100.0 + 60.0 * (2.0 * std::f64::consts::PI * t / DAY).sin() + 7.0 * (t / 3600.0).sin();
-    let start = now_secs - 3.0 * DAY;
-    let series = format!("{KEY}/concurrency");
-    let values: Vec<f64> = (0..3 * 1440).map(|i| demand(start + 60.0 * i as f64)).collect();
-    store.backfill(&series, UNIX_EPOCH + Duration::from_secs_f64(start), &values).unwrap();
-    let now = UNIX_EPOCH + Duration::from_secs_f64(now_secs);
-    store.set_latest(&series, now, demand(now_secs));
+    let now = common::record_history(&store, &format!("{KEY}/concurrency"), now_secs, 3.0, demand);
     let mut engine = Engine::new(&settings, registry.clone(), store);
     let deadline = Instant::now() + Duration::from_secs(120);
     while !registry

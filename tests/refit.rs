@@ -7,7 +7,7 @@ mod common;
 use std::{
     path::Path,
     sync::Arc,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime},
 };
 
 use foresight::{
@@ -59,12 +59,8 @@ fn stored_history_is_forecast_over_the_cold_start_look_ahead() {
     let (mut engine, registry, store) = engine_with("");
     // Three days of per-minute history, ending at a whole minute.
     let now_secs = 1_800_000_000.0;
-    let start = now_secs - 3.0 * DAY;
-    let values: Vec<f64> = (0..3 * 1440).map(|i| demand(start + 60.0 * i as f64)).collect();
     let series = format!("{KEY}/concurrency");
-    store.backfill(&series, UNIX_EPOCH + Duration::from_secs_f64(start), &values).unwrap();
-    let now = UNIX_EPOCH + Duration::from_secs_f64(now_secs);
-    store.set_latest(&series, now, demand(now_secs));
+    let now = common::record_history(&store, &series, now_secs, 3.0, demand);
 
     let s = tick_until(&mut engine, &registry, now, |s| s.forecast.is_some());
     // The decision did not wait for the forecast: it is the reactive one.
@@ -170,12 +166,8 @@ fn with_a_forecast_replicas_are_sized_ahead_and_live_load_holds_scale_down() {
     let (mut engine, registry, store) = engine_with("");
     // Now is on the morning ramp: the look-ahead sees more demand than now.
     let now_secs = 1_800_000_000.0 - 0.5 * 3600.0;
-    let start = now_secs - 3.0 * DAY;
     let series = format!("{KEY}/concurrency");
-    let values: Vec<f64> = (0..3 * 1440).map(|i| steep(start + 60.0 * i as f64)).collect();
-    store.backfill(&series, UNIX_EPOCH + Duration::from_secs_f64(start), &values).unwrap();
-    let now = UNIX_EPOCH + Duration::from_secs_f64(now_secs);
-    store.set_latest(&series, now, steep(now_secs));
+    let now = common::record_history(&store, &series, now_secs, 3.0, steep);
     tick_until(&mut engine, &registry, now, |s| s.forecast.is_some());
 
     // The next tick sizes from the forecast: p90 peak over the cold start, 32 per replica.

@@ -58,15 +58,23 @@ async fn wait_https_ready(c: &reqwest::Client, base: &str) {
     panic!("never ready over HTTPS");
 }
 
-#[tokio::test]
-async fn https_serves_clients_that_trust_the_ca_and_refuses_plaintext() {
+/// A server on HTTPS (requiring client certificates with `client_ca`), ready,
+/// and already shown to answer the API to a client that trusts its CA and
+/// presents `cert`: the directory with its PKI, the server, its base URL.
+async fn https_server(client_ca: bool, cert: Option<&str>) -> (tempfile::TempDir, Server, String) {
     let dir = tempfile::tempdir().unwrap();
     common::write_pki(dir.path());
-    let s = Server::spawn(dir.path(), &config(dir.path(), Some(false), false), &[]);
+    let s = Server::spawn(dir.path(), &config(dir.path(), Some(client_ca), false), &[]);
     let base = format!("https://localhost:{}", s.http.port());
-    let good = client(dir.path(), None);
+    let good = client(dir.path(), cert);
     wait_https_ready(&good, &base).await;
     assert_eq!(status(&good, format!("{base}/api/v1/workloads"), None).await, Ok(200));
+    (dir, s, base)
+}
+
+#[tokio::test]
+async fn https_serves_clients_that_trust_the_ca_and_refuses_plaintext() {
+    let (_dir, s, base) = https_server(false, None).await;
     assert_eq!(common::http_status(s.http, "/readyz"), None, "plain HTTP gets no HTTP answer from the HTTPS port");
     // A client that trusts another CA does not trust this server.
     let other = tempfile::tempdir().unwrap();
@@ -76,13 +84,7 @@ async fn https_serves_clients_that_trust_the_ca_and_refuses_plaintext() {
 
 #[tokio::test]
 async fn https_with_a_client_ca_refuses_clients_without_a_certificate_it_signed() {
-    let dir = tempfile::tempdir().unwrap();
-    common::write_pki(dir.path());
-    let s = Server::spawn(dir.path(), &config(dir.path(), Some(true), false), &[]);
-    let base = format!("https://localhost:{}", s.http.port());
-    let good = client(dir.path(), Some("client"));
-    wait_https_ready(&good, &base).await;
-    assert_eq!(status(&good, format!("{base}/api/v1/workloads"), None).await, Ok(200));
+    let (dir, _s, base) = https_server(true, Some("client")).await;
     for who in [None, Some("rogue")] {
         let r = status(&client(dir.path(), who), format!("{base}/healthz"), None).await;
         assert!(r.is_err(), "client {who:?} must be refused, got {r:?}");

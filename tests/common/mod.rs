@@ -299,3 +299,21 @@ workloads:";
     }
     (registry, store, engine, now)
 }
+
+/// `days` of per-minute history of `demand(t)` (t in unix seconds) ending at
+/// `now_secs`, and the latest reading at `now_secs`: what a server that has
+/// been recording for that long holds. Returns `now` as a `SystemTime`.
+pub fn record_history(
+    store: &foresight::store::Store,
+    series: &str,
+    now_secs: f64,
+    days: f64,
+    demand: impl Fn(f64) -> f64,
+) -> std::time::SystemTime {
+    let start = now_secs - days * 86_400.0;
+    let values: Vec<f64> = (0..(days * 1440.0) as usize).map(|i| demand(start + 60.0 * i as f64)).collect();
+    store.backfill(series, std::time::UNIX_EPOCH + Duration::from_secs_f64(start), &values).unwrap();
+    let now = std::time::UNIX_EPOCH + Duration::from_secs_f64(now_secs);
+    store.set_latest(series, now, demand(now_secs));
+    now
+}
