@@ -13,7 +13,10 @@ use crate::{
     config::Settings,
     engine::Engine,
     scaler,
-    sources::collector::Collectors,
+    sources::{
+        collector::{Collectors, Sinks},
+        health::SourceHealth,
+    },
     state::Registry,
     store::{Store, StoreConfig},
 };
@@ -54,7 +57,10 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     let registry = Registry::new();
     let (view_tx, view_rx) = tokio::sync::watch::channel(None);
     let (settings_tx, settings_rx) = tokio::sync::watch::channel(settings.clone());
-    let mut engine = Engine::new(&settings, registry.clone(), store.clone()).with_cluster(view_rx);
+    let health = Arc::new(SourceHealth::default());
+    let mut engine = Engine::new(&settings, registry.clone(), store.clone())
+        .with_cluster(view_rx)
+        .with_source_health(health.clone());
     // Publish the workloads before serving, so GetMetricSpec answers from the first request.
     engine.tick(SystemTime::now());
 
@@ -73,7 +79,8 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     let mut collectors = Collectors::default();
-    collectors.apply(&settings.workloads, &store, &shutdown);
+    let sinks = Sinks { store: store.clone(), health };
+    collectors.apply(&settings.workloads, &sinks, &shutdown);
     let (reload_tx, mut reload_rx) = mpsc::channel::<Settings>(1);
     let (engine_tx, engine_rx) = mpsc::channel(1);
     tokio::spawn(watch_signals(source, settings.clone(), reload_tx, shutdown.clone()));
@@ -109,14 +116,14 @@ pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
         cluster_loop(settings_rx, r, view_tx, sd).await;
         ("Kubernetes reader", Ok(()))
     });
-    let (st, sd) = (store.clone(), shutdown.clone());
+    let sd = shutdown.clone();
     tasks.spawn(async move {
         // Reloads restart the collectors whose workload changed, then reach the control loop.
         loop {
             tokio::select! {
                 _ = sd.cancelled() => break,
                 Some(new) = reload_rx.recv() => {
-                    collectors.apply(&new.workloads, &st, &sd);
+                    collectors.apply(&new.workloads, &sinks, &sd);
                     settings_tx.send_replace(new.clone());
                     let _ = engine_tx.send(new).await;
                 }

@@ -31,6 +31,7 @@ use crate::{
     },
     sources::{
         collector::{pods_series, series},
+        health::SourceHealth,
         Signal,
     },
     state::{PoolState, Registry, SignalReading, WorkloadState},
@@ -62,6 +63,8 @@ pub struct Engine {
     next_job: u64,
     /// The cluster as the Kubernetes reader last saw it (Kubernetes inputs on).
     cluster: Option<watch::Receiver<Option<Arc<ClusterView>>>>,
+    /// What the collectors say about their sources.
+    health: Arc<SourceHealth>,
 }
 
 /// A refit that gave no forecast (no history yet, say) is tried again this soon,
@@ -84,6 +87,7 @@ impl Engine {
             refitter,
             next_job: 0,
             cluster: None,
+            health: Arc::default(),
         };
         engine.reconfigure(settings);
         engine
@@ -92,6 +96,12 @@ impl Engine {
     /// Plan with the cluster's shapes and pools as `views` delivers them.
     pub fn with_cluster(mut self, views: watch::Receiver<Option<Arc<ClusterView>>>) -> Self {
         self.cluster = Some(views);
+        self
+    }
+
+    /// Report the collectors' view of their sources (see [`SourceHealth`]).
+    pub fn with_source_health(mut self, health: Arc<SourceHealth>) -> Self {
+        self.health = health;
         self
     }
 
@@ -147,12 +157,22 @@ impl Engine {
                     slot.state.signals.insert(*s, SignalReading { value, age_secs: age.as_secs_f64() });
                 }
             }
+            slot.state.source = self.health.get(&key);
+            // What the source knows about a missing target signal, once it has been missing as long as
+            // it takes to go stale.
+            let cause = slot
+                .state
+                .source
+                .as_ref()
+                .and_then(|h| h.explain(w.target.signal, now, w.stale_after.as_secs_f64()))
+                .map(|c| format!(": {c}"))
+                .unwrap_or_default();
             let mut forecast_only = false;
             let decided = match slot.state.signals.get(&w.target.signal) {
-                None => Err(format!("no `{}` reading yet", w.target.signal)),
+                None => Err(format!("no `{}` reading yet{cause}", w.target.signal)),
                 Some(r) if r.age_secs > w.stale_after.as_secs_f64() => {
                     let why = format!(
-                        "stale: the last `{}` reading is {:.0} s old (stale_after_secs {})",
+                        "stale: the last `{}` reading is {:.0} s old (stale_after_secs {}){cause}",
                         w.target.signal,
                         r.age_secs,
                         w.stale_after.as_secs_f64()

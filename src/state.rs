@@ -21,7 +21,7 @@ use crate::{
     config::Workload,
     refit::ForecastView,
     sizing::reactive::Decision,
-    sources::Signal,
+    sources::{health::SourceStatus, Signal},
 };
 
 /// What Foresight currently says about one workload.
@@ -43,8 +43,11 @@ pub struct WorkloadState {
     pub shadow: Option<Decision>,
     /// What the reactive rule alone says now (for comparison; equals `decision` when reactive).
     pub reactive_replicas: Option<u32>,
-    /// Pods that answered the latest scrape (scraped sources only): the replicas running.
+    /// Pods that answered the latest scrape and are awake (scraped sources only): the replicas running.
     pub pods: Option<u32>,
+    /// What the source reported about itself at its last poll: scrape targets
+    /// that failed and why, pods asleep, Prometheus queries matching nothing.
+    pub source: Option<SourceStatus>,
     /// When the decision was made.
     #[serde(serialize_with = "ser_time")]
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -125,6 +128,7 @@ impl WorkloadState {
             shadow: None,
             reactive_replicas: None,
             pods: None,
+            source: None,
             decided_at: None,
             error: None,
             forecast_only: false,

@@ -26,3 +26,8 @@ pub fn ser_unix<S: serde::Serializer>(t: &i64, s: S) -> Result<S::Ok, S::Error> 
 pub fn secs_within(secs: f64, lo: f64, hi: f64) -> std::time::Duration {
     std::time::Duration::from_secs_f64(if secs.is_nan() { lo } else { secs.clamp(lo, hi) })
 }
+
+/// Serialize a `SystemTime` as RFC 3339 (`#[serde(serialize_with = "crate::time::ser_system_time")]`).
+pub fn ser_system_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339(*t))
+}

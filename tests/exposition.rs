@@ -45,6 +45,39 @@ fn labels<'a>(sample: &'a Sample<'_>) -> Vec<(&'a str, &'a str)> {
 
 // ---------------------------------------------------------------- names, labels, escapes
 
+/// prometheus_client >= 0.23 asked for OpenMetrics answers `escaping=underscores`:
+/// TYPE lines keep `vllm:`, samples say `vllm_`. They are still that family's samples.
+#[test]
+fn underscore_escaped_samples_belong_to_their_declared_family() {
+    let f = om(concat!(
+        "# TYPE vllm:num_requests_running gauge\n",
+        "vllm_num_requests_running{engine=\"0\",model_name=\"m\"} 3.0\n",
+        "# TYPE vllm:request_success counter\n",
+        "vllm_request_success_total{engine=\"0\",finished_reason=\"stop\",model_name=\"m\"} 5.0\n",
+        "vllm_request_success_created{engine=\"0\",finished_reason=\"stop\",model_name=\"m\"} 1.7e+09\n",
+        "# TYPE vllm:request_queue_time_seconds histogram\n",
+        "vllm_request_queue_time_seconds_bucket{engine=\"0\",le=\"0.1\",model_name=\"m\"} 0.0\n",
+        "vllm_request_queue_time_seconds_bucket{engine=\"0\",le=\"+Inf\",model_name=\"m\"} 1.0\n",
+        "vllm_request_queue_time_seconds_count{engine=\"0\",model_name=\"m\"} 1.0\n",
+        "vllm_request_queue_time_seconds_sum{engine=\"0\",model_name=\"m\"} 0.5\n",
+        "# EOF\n",
+    ));
+    assert_eq!(names(&f), ["vllm:num_requests_running", "vllm:request_success", "vllm:request_queue_time_seconds"]);
+    assert_eq!(f[0].kind, MetricType::Gauge);
+    assert_eq!(sample_names(&f[0]), ["vllm_num_requests_running"], "samples keep the name as written");
+    assert_eq!(sample_names(&f[1]), ["vllm_request_success_total", "vllm_request_success_created"]);
+    assert_eq!(f[2].kind, MetricType::Histogram);
+    assert_eq!(f[2].samples.len(), 4);
+    // Text bodies too (a proxy may rewrite either way); an exact name still wins.
+    let f = text("# TYPE a:b gauge\na_b 1\n# TYPE c:d gauge\n# TYPE c_d counter\nc_d 2\n");
+    assert_eq!(sample_names(family(&f, "a:b")), ["a_b"]);
+    assert!(family(&f, "c:d").samples.is_empty());
+    assert_eq!(sample_names(family(&f, "c_d")), ["c_d"]);
+    // A suffix the declared type does not have is an error, as for the exact spelling.
+    let e = error("# TYPE vllm:g gauge\n# TYPE vllm:h histogram\nvllm_h_total 1\n", Format::Text);
+    assert!(e.message.contains("is not a sample of histogram `vllm:h`"), "{e}");
+}
+
 #[test]
 fn metric_names_keep_their_colons() {
     let f = text(concat!(

@@ -181,7 +181,8 @@ async fn prometheus_restarting_mid_backfill_loses_no_history_and_writes_no_zeros
     let store = Arc::new(foresight::store::Store::open(Default::default()).unwrap());
     let shutdown = CancellationToken::new();
     let mut collectors = foresight::sources::collector::Collectors::default();
-    collectors.apply(&settings.workloads, &store, &shutdown);
+    let sinks = foresight::sources::collector::Sinks { store: store.clone(), health: Arc::default() };
+    collectors.apply(&settings.workloads, &sinks, &shutdown);
 
     // Every complete minute of the last day, including those the failed calls covered.
     let series = format!("{KEY}/concurrency");

@@ -15,14 +15,6 @@ use std::{
 use foresight::api;
 use serde_json::Value;
 
-struct Kill(std::process::Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn dashboard() -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/dashboards/foresight.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("the dashboard is valid JSON")
@@ -98,7 +90,7 @@ async fn prometheus_scrapes_the_forecasts_and_the_dashboard_queries_them() {
         format!("global: {{scrape_interval: 1s, scrape_timeout: 900ms}}\nscrape_configs:\n  - job_name: foresight\n    static_configs:\n      - targets: ['{addr}']\n"),
     )
     .unwrap();
-    let _prom = Kill(
+    let _prom = common::Kill(
         Command::new("prometheus")
             .arg(format!("--config.file={}", cfg.display()))
             .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))

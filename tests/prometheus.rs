@@ -9,7 +9,7 @@
 mod common;
 
 use std::{
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -29,18 +29,6 @@ const RES: f64 = 60.0;
 
 fn now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
-}
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// (finished requests, prompt tokens, generated tokens) across the fleet.
@@ -97,7 +85,7 @@ async fn backfilled_and_polled_rates_match_what_the_pods_emitted() {
         .unwrap();
     assert!(made.status.success(), "promtool: {}", String::from_utf8_lossy(&made.stderr));
 
-    let prom_port = free_port();
+    let prom_port = common::free_port();
     let prom_cfg = dir.path().join("prometheus.yml");
     let targets: Vec<String> = instances.iter().map(|i| format!("'{i}'")).collect();
     std::fs::write(
@@ -112,7 +100,7 @@ async fn backfilled_and_polled_rates_match_what_the_pods_emitted() {
     while now() < live_from - 1.0 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let _prom = Kill(
+    let _prom = common::Kill(
         Command::new("prometheus")
             .arg(format!("--config.file={}", prom_cfg.display()))
             .arg(format!("--storage.tsdb.path={}", tsdb.display()))

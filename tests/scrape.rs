@@ -197,7 +197,11 @@ async fn rates_survive_a_down_pod_a_garbage_pod_and_a_restart() {
         poll_secs.push(started.elapsed().as_secs_f64());
         let after = truth(&server);
         let cur = Around { before, after };
-        assert_eq!(scraper.last_round, (4, 2), "poll {i}: 4 targets, pods 0 and 2 answer");
+        assert_eq!(
+            (scraper.last_round.targets, scraper.last_round.answered),
+            (4, 2),
+            "poll {i}: 4 targets, pods 0 and 2 answer"
+        );
 
         let (lo, hi) = gauge_bracket(&cur, &answering);
         assert_within("concurrency", i, signals.get(Signal::Concurrency), (lo, hi), &signals);
@@ -247,7 +251,7 @@ async fn rates_survive_a_down_pod_a_garbage_pod_and_a_restart() {
         Err(SourceError::NoTargetAnswered(2)) => {}
         other => panic!("expected NoTargetAnswered(2), got {other:?}"),
     }
-    assert_eq!(hopeless.last_round, (2, 0));
+    assert_eq!((hopeless.last_round.targets, hopeless.last_round.answered), (2, 0));
     assert_eq!(hopeless.errors.len(), 2);
     shutdown.cancel();
 }
@@ -263,7 +267,7 @@ async fn dns_targets_are_resolved_and_scraped() {
     let mut scraper = Scraper::new(config);
 
     let first = scraper.poll(SystemTime::now()).await.expect("127.0.0.1 answers");
-    let (n, ok) = scraper.last_round;
+    let (n, ok) = (scraper.last_round.targets, scraper.last_round.answered);
     assert!(n >= 1 && ok >= 1, "localhost resolved to {n} targets, {ok} answered");
     assert!(first.get(Signal::Concurrency).is_some_and(|c| c > 0.0), "{first:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -304,7 +308,7 @@ async fn unknown_metrics_slow_pods_and_http_errors_are_told_apart() {
     let signals = scraper.poll(SystemTime::now()).await.expect("the sim pod answers");
     let took = started.elapsed();
     assert!(took < Duration::from_secs(3), "the slow pod held the round for {took:?} (timeout 0.4 s)");
-    assert_eq!(scraper.last_round, (4, 1));
+    assert_eq!((scraper.last_round.targets, scraper.last_round.answered), (4, 1));
     assert!(signals.get(Signal::Concurrency).is_some_and(|c| c > 0.0), "{signals:?}");
     let expected: BTreeMap<_, _> =
         [((go, TargetError::NoKnownMetrics), 1), ((slow, TargetError::Timeout), 1), ((broken, TargetError::Status), 1)]

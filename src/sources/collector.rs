@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{
+    health::{EmptyQuery, SourceHealth},
     prometheus::{self, bucket_values, chunks, PrometheusConfig},
     scrape::{ScrapeConfig, Scraper},
     SimulatedConfig, SourceConfig,
@@ -39,12 +40,19 @@ fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
 }
 
+/// Where a collector writes: history into the store, its own status beside it.
+#[derive(Clone)]
+pub struct Sinks {
+    pub store: Arc<Store>,
+    pub health: Arc<SourceHealth>,
+}
+
 /// Run one workload's source until `shutdown`.
-pub async fn run(workload: Arc<Workload>, store: Arc<Store>, shutdown: CancellationToken) {
+pub async fn run(workload: Arc<Workload>, sinks: Sinks, shutdown: CancellationToken) {
     let result = match &workload.source {
-        SourceConfig::Scrape(c) => scrape_loop(&workload, c.clone(), &store, &shutdown).await,
-        SourceConfig::Simulated(c) => simulated(&workload, c, &store, &shutdown).await,
-        SourceConfig::Prometheus(c) => prometheus_loop(&workload, c, &store, &shutdown).await,
+        SourceConfig::Scrape(c) => scrape_loop(&workload, c.clone(), &sinks, &shutdown).await,
+        SourceConfig::Simulated(c) => simulated(&workload, c, &sinks, &shutdown).await,
+        SourceConfig::Prometheus(c) => prometheus_loop(&workload, c, &sinks, &shutdown).await,
     };
     if let Err(e) = result {
         warn!(workload = %workload.key(), error = %e, "collector stopped; its signals will go stale");
@@ -54,9 +62,10 @@ pub async fn run(workload: Arc<Workload>, store: Arc<Store>, shutdown: Cancellat
 async fn scrape_loop(
     w: &Workload,
     config: ScrapeConfig,
-    store: &Store,
+    sinks: &Sinks,
     shutdown: &CancellationToken,
 ) -> Result<(), String> {
+    let store = &sinks.store;
     let mut scraper = Scraper::new(config);
     let mut every = tokio::time::interval(scraper.interval());
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -68,8 +77,15 @@ async fn scrape_loop(
         }
         let now = SystemTime::now();
         let polled = scraper.poll(now).await;
-        // Pods answering are the replicas running, for the replicas panel; not history.
-        store.set_latest(&pods_series(&key), now, scraper.last_round.1 as f64);
+        // Pods answering and awake are the replicas running, for the replicas panel; not history.
+        let round = &scraper.last_round;
+        store.set_latest(&pods_series(&key), now, round.serving() as f64);
+        sinks.health.update(&key, |h| {
+            h.targets = Some(round.targets as u32);
+            h.answered = Some(round.answered as u32);
+            h.asleep = Some(round.asleep as u32);
+            h.failures = round.failures.iter().map(|(k, n)| (k.as_str().to_string(), *n as u32)).collect();
+        });
         match polled {
             Ok(signals) => {
                 for s in &w.signals {
@@ -90,7 +106,7 @@ async fn scrape_loop(
 async fn simulated(
     w: &Workload,
     c: &SimulatedConfig,
-    store: &Store,
+    sinks: &Sinks,
     shutdown: &CancellationToken,
 ) -> Result<(), String> {
     let fleet = Fleet::from_config(c.fleet.clone(), unix(SystemTime::now()))?;
@@ -106,15 +122,16 @@ async fn simulated(
         concurrency: 16,
         model_name: None,
     };
-    scrape_loop(w, scrape, store, shutdown).await
+    scrape_loop(w, scrape, sinks, shutdown).await
 }
 
 async fn prometheus_loop(
     w: &Workload,
     c: &PrometheusConfig,
-    store: &Store,
+    sinks: &Sinks,
     shutdown: &CancellationToken,
 ) -> Result<(), String> {
+    let store = &sinks.store;
     let client = prometheus::Client::new(c);
     let res = store.resolution().as_secs_f64();
     let key = w.key();
@@ -137,28 +154,29 @@ async fn prometheus_loop(
         let now = SystemTime::now();
         // Buckets that ended at least query_delay ago are complete in Prometheus.
         let last_complete = ((unix(now) - c.query_delay_secs) / res).floor() as i64 - 1;
+        // Buckets that ended within LATE_DATA_SECS are read again each poll until they settle.
+        let reread_from = first_unsettled(unix(now), res);
         for s in &w.signals {
             let query = c.query(*s);
             let name = series(&key, *s);
-            let from = next[s];
+            let from = next[s].min(reread_from);
             let mut written = 0usize;
             for (a, b) in chunks(from, last_complete, c.max_points_per_query) {
                 match bucket_values(&client, &query, a, b, res).await {
                     Ok(values) => {
                         written += values.iter().filter(|v| v.is_finite()).count();
-                        let start = UNIX_EPOCH + Duration::from_secs_f64(a as f64 * res);
-                        if first {
-                            // Bulk history: one durable transaction per chunk.
-                            if let Err(e) = store.backfill(&name, start, &values) {
-                                warn!(workload = %key, signal = %s, error = %e, "writing history failed");
-                                break;
-                            }
-                        } else {
-                            // A few new buckets each poll: made durable by the periodic flush,
-                            // not an fsync per workload and signal.
-                            for (i, v) in values.iter().enumerate().filter(|(_, v)| v.is_finite()) {
-                                store.record(&name, start + Duration::from_secs_f64(i as f64 * res), *v);
-                            }
+                        let at = |i: usize| UNIX_EPOCH + Duration::from_secs_f64((a + i as i64) as f64 * res);
+                        // Settled buckets of the first poll are bulk history: one durable
+                        // transaction per chunk, never over what the store already has.
+                        let bulk = if first { (reread_from - a).clamp(0, values.len() as i64) as usize } else { 0 };
+                        if let Err(e) = store.backfill(&name, at(0), &values[..bulk]) {
+                            warn!(workload = %key, signal = %s, error = %e, "writing history failed");
+                            break;
+                        }
+                        // The rest, a few buckets each poll: each bucket is one evaluation, the
+                        // latest answer wins; made durable by the periodic flush.
+                        for (i, v) in values.iter().enumerate().skip(bulk).filter(|(_, v)| v.is_finite()) {
+                            store.replace(&name, at(i), *v);
                         }
                         next.insert(*s, b + 1);
                     }
@@ -174,8 +192,12 @@ async fn prometheus_loop(
                 info!(workload = %key, signal = %s, buckets = written, "backfilled history from Prometheus");
             }
             match client.instant(&query, now).await {
-                Ok(Some(v)) if v.is_finite() => store.set_latest(&name, now, v),
-                Ok(_) => {}
+                Ok(got) => {
+                    if let Some(v) = got.filter(|v| v.is_finite()) {
+                        store.set_latest(&name, now, v);
+                    }
+                    note_empty(&sinks.health, &key, *s, &query, got.is_none(), now);
+                }
                 Err(e) => {
                     crate::telemetry::source_error(&key);
                     warn!(workload = %key, signal = %s, error = %e, "instant query failed")
@@ -186,6 +208,45 @@ async fn prometheus_loop(
     }
 }
 
+/// Record whether `signal`'s instant query matched no series this poll: a
+/// run of empty answers is reported with the query (a wrong metric name or
+/// selector looks exactly like this), and logged once when it has lasted
+/// [`EMPTY_LOG_SECS`].
+fn note_empty(health: &SourceHealth, key: &str, signal: Signal, query: &str, empty: bool, now: SystemTime) {
+    health.update(key, |h| {
+        if !empty {
+            if h.empty_queries.remove(&signal).is_some() {
+                info!(workload = %key, signal = %signal, "query matches series again");
+            }
+            return;
+        }
+        let e = h.empty_queries.entry(signal).or_insert_with(|| EmptyQuery {
+            query: query.to_string(),
+            since: now,
+            logged: false,
+        });
+        let secs = now.duration_since(e.since).unwrap_or_default().as_secs_f64();
+        if !e.logged && secs >= EMPTY_LOG_SECS {
+            e.logged = true;
+            warn!(workload = %key, signal = %signal, query = %e.query, secs = secs as u64, "query has matched no series; check the metric names and `selector`");
+        }
+    });
+}
+
+/// A query empty this long is logged (once per run of empty answers).
+const EMPTY_LOG_SECS: f64 = 300.0;
+
+/// A Prometheus-compatible server may still change a bucket this long after
+/// it ended: VictoriaMetrics answers for its newest 30 s (`-search.latencyOffset`)
+/// from samples not all searchable yet, remote write and Mimir or Thanos
+/// ingestion land late. Such buckets are read again each poll until older.
+const LATE_DATA_SECS: f64 = 120.0;
+
+/// The first bucket (of `res` seconds) that ended less than [`LATE_DATA_SECS`] before `now`.
+fn first_unsettled(now: f64, res: f64) -> i64 {
+    ((now - LATE_DATA_SECS) / res).floor() as i64
+}
+
 /// The running collectors, restarted on reload when their workload changes.
 #[derive(Default)]
 pub struct Collectors {
@@ -194,19 +255,20 @@ pub struct Collectors {
 
 impl Collectors {
     /// Make the running set match `workloads`.
-    pub fn apply(&mut self, workloads: &[Arc<Workload>], store: &Arc<Store>, shutdown: &CancellationToken) {
+    pub fn apply(&mut self, workloads: &[Arc<Workload>], sinks: &Sinks, shutdown: &CancellationToken) {
         let wanted: HashMap<String, &Arc<Workload>> = workloads.iter().map(|w| (w.key(), w)).collect();
         self.running.retain(|key, (w, token, _)| {
             let keep = wanted.get(key).is_some_and(|n| n.source == w.source && n.signals == w.signals);
             if !keep {
                 token.cancel();
+                sinks.health.remove(key);
             }
             keep
         });
         for (key, w) in wanted {
             self.running.entry(key).or_insert_with(|| {
                 let token = shutdown.child_token();
-                let task = tokio::spawn(run(w.clone(), store.clone(), token.clone()));
+                let task = tokio::spawn(run(w.clone(), sinks.clone(), token.clone()));
                 (w.clone(), token, task)
             });
         }
@@ -217,5 +279,18 @@ impl Collectors {
         for (_, (_, _, task)) in self.running {
             let _ = task.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_of_the_last_two_minutes_are_unsettled() {
+        // 60 s buckets; at 330 s, bucket 3 (180..240) ended 90 s ago, bucket 2 150 s ago.
+        assert_eq!(first_unsettled(330.0, 60.0), 3);
+        assert_eq!(first_unsettled(360.0, 60.0), 4, "bucket 3 ended exactly 120 s ago: settled");
+        assert_eq!(first_unsettled(125.0, 10.0), 0);
     }
 }

@@ -32,6 +32,11 @@
 //!   also counter and info), and it is an error when the type does not allow
 //!   that suffix; else it starts an implicit family named after the sample,
 //!   [`MetricType::Untyped`] in text, [`MetricType::Unknown`] in OpenMetrics.
+//!   Before that last step, a name that is a declared family's name with
+//!   every character outside `[a-zA-Z0-9_]` written as `_` resolves to that
+//!   family the same way (the sample keeps its name as written): Python's
+//!   prometheus_client >= 0.23, asked for OpenMetrics, answers
+//!   `escaping=underscores` with `# TYPE vllm:x` over samples named `vllm_x`.
 //! - Families that are declared but have no samples are kept. Samples of a
 //!   family that reappear after other families are appended to it.
 //! - A TYPE after the family's samples, and a second HELP, TYPE or UNIT for
@@ -240,6 +245,9 @@ struct Parser<'a> {
     /// Per family: whether a TYPE line declared it.
     typed: Vec<bool>,
     by_name: HashMap<&'a str, usize>,
+    /// Families whose names have characters that underscore escaping
+    /// replaces (`vllm:x`), by their escaped name (`vllm_x`).
+    by_escaped: HashMap<String, usize>,
     /// Sample names resolved lately, with their family and role: a family's
     /// samples cycle through a few names (`_bucket`, `_count`, `_sum`,
     /// `_created`). Cleared whenever a family is added, which can change what
@@ -259,6 +267,7 @@ impl<'a> Parser<'a> {
             families: Vec::new(),
             typed: Vec::new(),
             by_name: HashMap::new(),
+            by_escaped: HashMap::new(),
             recent: [None; RECENT],
             recent_next: 0,
             label_hint: 0,
@@ -380,6 +389,9 @@ impl<'a> Parser<'a> {
         self.families.push(Family { name, kind, help: None, unit: None, samples: Vec::new() });
         self.typed.push(false);
         self.by_name.insert(name, idx);
+        if let Some(escaped) = escaped(name) {
+            self.by_escaped.entry(escaped).or_insert(idx);
+        }
         self.recent = [None; RECENT];
         idx
     }
@@ -568,24 +580,39 @@ impl<'a> Parser<'a> {
     }
 
     fn resolve_uncached(&mut self, name: &'a str) -> Result<(usize, Role), String> {
-        if let Some(&idx) = self.by_name.get(name) {
-            if roles(self.families[idx].kind, self.om).contains(&Role::Bare) {
-                return Ok((idx, Role::Bare));
-            }
-            return Err(self.not_a_sample_of(name, idx));
+        if let Some(found) = self.resolve_in(name, |p, n| p.by_name.get(n).copied()) {
+            return found;
         }
-        if let Some((base, role)) = SUFFIXED.iter().find_map(|&r| name.strip_suffix(r.suffix()).map(|base| (base, r))) {
-            if let Some(&idx) = self.by_name.get(base) {
-                let kind = self.families[idx].kind;
-                if has_suffixed_samples(kind, self.om) {
-                    if roles(kind, self.om).contains(&role) {
-                        return Ok((idx, role));
-                    }
-                    return Err(self.not_a_sample_of(name, idx));
-                }
+        // prometheus_client >= 0.23 answering OpenMetrics with `escaping=underscores`
+        // keeps `# TYPE vllm:x` but writes samples as `vllm_x`: the same family.
+        if !self.by_escaped.is_empty() {
+            if let Some(found) = self.resolve_in(name, |p, n| p.by_escaped.get(n).copied()) {
+                return found;
             }
         }
         Ok((self.push_family(name, self.implicit_kind()), Role::Bare))
+    }
+
+    /// `name` as a sample of a family that `lookup` finds: by its own name,
+    /// or by its name minus a suffix that the family's type has.
+    fn resolve_in(
+        &self,
+        name: &str,
+        lookup: impl Fn(&Self, &str) -> Option<usize>,
+    ) -> Option<Result<(usize, Role), String>> {
+        if let Some(idx) = lookup(self, name) {
+            if roles(self.families[idx].kind, self.om).contains(&Role::Bare) {
+                return Some(Ok((idx, Role::Bare)));
+            }
+            return Some(Err(self.not_a_sample_of(name, idx)));
+        }
+        let (base, role) = SUFFIXED.iter().find_map(|&r| name.strip_suffix(r.suffix()).map(|base| (base, r)))?;
+        let idx = lookup(self, base)?;
+        let kind = self.families[idx].kind;
+        if !has_suffixed_samples(kind, self.om) {
+            return None;
+        }
+        Some(if roles(kind, self.om).contains(&role) { Ok((idx, role)) } else { Err(self.not_a_sample_of(name, idx)) })
     }
 
     fn not_a_sample_of(&self, name: &str, idx: usize) -> String {
@@ -787,6 +814,13 @@ fn check_metric_name(name: &str) -> Result<(), String> {
     } else {
         Err(format!("invalid metric name `{}`", shown(name)))
     }
+}
+
+/// `name` with every character outside `[a-zA-Z0-9_]` replaced by `_`, as
+/// the `underscores` name escaping writes it; `None` when nothing changes.
+fn escaped(name: &str) -> Option<String> {
+    let legacy = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    (!name.chars().all(legacy)).then(|| name.chars().map(|c| if legacy(c) { c } else { '_' }).collect())
 }
 
 /// Length of the metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`) at the start of `b`.

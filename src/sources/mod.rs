@@ -11,6 +11,7 @@
 
 pub mod collector;
 pub mod exposition;
+pub mod health;
 pub mod prometheus;
 pub mod scrape;
 pub mod vllm;
@@ -27,11 +28,15 @@ pub enum Signal {
     Concurrency,
     /// Requests in the running batch (`vllm:num_requests_running`).
     Running,
-    /// Requests queued for a batch slot (`vllm:num_requests_waiting`).
+    /// Requests queued for serving capacity: `vllm:num_requests_waiting`
+    /// minus those deferred (`num_requests_waiting_by_reason{reason="deferred"}`,
+    /// vLLM >= 0.34), which wait on LoRA budget or KV transfer instead.
     QueueDepth,
-    /// Finished requests per second (`vllm:request_success_total` rate); at
-    /// minute resolution this tracks arrivals, except while a queue builds,
-    /// which `queue_depth` shows.
+    /// Requests per second: finished (`vllm:request_success_total` rate) plus
+    /// refused at admission (`vllm:admission_rejections_total`), so a fleet
+    /// that sheds load does not look quieter than it is. At minute resolution
+    /// this tracks arrivals, except while a queue builds, which `queue_depth`
+    /// shows.
     RequestRate,
     /// Prefill tokens per second (`vllm:prompt_tokens_total` rate).
     PromptTokensRate,
@@ -47,10 +52,31 @@ pub enum Signal {
     E2eP50,
     E2eP90,
     E2eP99,
+    /// Requests refused at admission per second (`vllm:admission_rejections_total`
+    /// rate); already part of `request_rate`.
+    RejectionRate,
+    /// Waiting requests deferred by transient constraints, not capacity
+    /// (`vllm:num_requests_waiting_by_reason{reason="deferred"}`).
+    QueueDeferred,
+    /// Time requests waited before scheduling, seconds, quantiles of the
+    /// requests finished since the last poll (`vllm:request_queue_time_seconds`):
+    /// the queueing delay a wait SLO is about.
+    QueueWaitP50,
+    QueueWaitP90,
+    QueueWaitP99,
+    /// Mean prompt (input) tokens per finished request since the last poll
+    /// (`vllm:request_prompt_tokens`).
+    PromptTokensPerRequest,
+    /// Mean generated (output) tokens per finished request since the last
+    /// poll (`vllm:request_generation_tokens`).
+    GenerationTokensPerRequest,
+    /// Fraction 0..1 of prompt tokens served from the prefix cache since the
+    /// last poll (`vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`).
+    PrefixCacheHitFraction,
 }
 
 impl Signal {
-    pub const ALL: [Signal; 13] = [
+    pub const ALL: [Signal; 21] = [
         Signal::Concurrency,
         Signal::Running,
         Signal::QueueDepth,
@@ -64,6 +90,14 @@ impl Signal {
         Signal::E2eP50,
         Signal::E2eP90,
         Signal::E2eP99,
+        Signal::RejectionRate,
+        Signal::QueueDeferred,
+        Signal::QueueWaitP50,
+        Signal::QueueWaitP90,
+        Signal::QueueWaitP99,
+        Signal::PromptTokensPerRequest,
+        Signal::GenerationTokensPerRequest,
+        Signal::PrefixCacheHitFraction,
     ];
 
     /// What a workload records when its config names no signals: the demand
@@ -91,6 +125,14 @@ impl Signal {
             Signal::E2eP50 => "e2e_p50",
             Signal::E2eP90 => "e2e_p90",
             Signal::E2eP99 => "e2e_p99",
+            Signal::RejectionRate => "rejection_rate",
+            Signal::QueueDeferred => "queue_deferred",
+            Signal::QueueWaitP50 => "queue_wait_p50",
+            Signal::QueueWaitP90 => "queue_wait_p90",
+            Signal::QueueWaitP99 => "queue_wait_p99",
+            Signal::PromptTokensPerRequest => "prompt_tokens_per_request",
+            Signal::GenerationTokensPerRequest => "generation_tokens_per_request",
+            Signal::PrefixCacheHitFraction => "prefix_cache_hit_fraction",
         }
     }
 }

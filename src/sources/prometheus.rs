@@ -72,28 +72,63 @@ fn default_max_points() -> usize {
     11_000
 }
 
-/// The default PromQL for a signal over vLLM's metric names.
+/// A selector for vLLM family `name` (given without the `vllm:` prefix)
+/// under either spelling a server may have stored: `vllm:x` as vLLM names
+/// it (Prometheus 3 with UTF-8 names, VictoriaMetrics, which scrapes text)
+/// or `vllm_x` (Prometheus 2.x scraping prometheus_client >= 0.23, which
+/// answers its OpenMetrics request with underscore-escaped names). Pods are
+/// summed across both, so a fleet mid-upgrade is counted whole; one series
+/// is stored under one spelling, so nothing is counted twice.
+fn vllm(name: &str, matchers: &str) -> String {
+    format!("{{__name__=~\"vllm[:_]{name}\"{matchers},$selector}}")
+}
+
+/// The default PromQL for a signal over vLLM's metric names, in either
+/// spelling ([`vllm`]). `$selector` and `$window` are filled in by
+/// [`PrometheusConfig::query`].
 pub fn default_query(signal: Signal) -> String {
-    let hq =
-        |q: &str, h: &str| format!("histogram_quantile({q}, sum by (le) (rate({h}_bucket{{$selector}}[$window])))");
+    let v = |name: &str| vllm(name, "");
+    let rate = |name: &str| format!("sum(rate({}[$window]))", v(name));
+    let hq = |q: &str, h: &str| {
+        format!("histogram_quantile({q}, sum by (le) (rate({}[$window])))", v(&format!("{h}_bucket")))
+    };
+    let mean = |h: &str| format!("{} / {}", rate(&format!("{h}_sum")), rate(&format!("{h}_count")));
+    let deferred = vllm("num_requests_waiting_by_reason", ",reason=\"deferred\"");
     match signal {
         Signal::Concurrency => {
-            "sum(vllm:num_requests_running{$selector}) + sum(vllm:num_requests_waiting{$selector})".into()
+            format!("sum({}) + sum({})", v("num_requests_running"), v("num_requests_waiting"))
         }
-        Signal::Running => "sum(vllm:num_requests_running{$selector})".into(),
-        Signal::QueueDepth => "sum(vllm:num_requests_waiting{$selector})".into(),
-        Signal::RequestRate => "sum(rate(vllm:request_success_total{$selector}[$window]))".into(),
-        Signal::PromptTokensRate => "sum(rate(vllm:prompt_tokens_total{$selector}[$window]))".into(),
-        Signal::GenerationTokensRate => "sum(rate(vllm:generation_tokens_total{$selector}[$window]))".into(),
-        Signal::KvCacheUsage => {
-            "avg(vllm:kv_cache_usage_perc{$selector} or vllm:gpu_cache_usage_perc{$selector})".into()
+        Signal::Running => format!("sum({})", v("num_requests_running")),
+        // Older vLLM has no reasons: nothing deferred.
+        Signal::QueueDepth => format!("sum({}) - (sum({deferred}) or vector(0))", v("num_requests_waiting")),
+        Signal::QueueDeferred => format!("sum({deferred})"),
+        // Refused requests are demand too; older vLLM refuses none by this name.
+        Signal::RequestRate => {
+            format!("{} + ({} or vector(0))", rate("request_success_total"), rate("admission_rejections_total"))
         }
-        Signal::TtftP50 => hq("0.5", "vllm:time_to_first_token_seconds"),
-        Signal::TtftP90 => hq("0.9", "vllm:time_to_first_token_seconds"),
-        Signal::TtftP99 => hq("0.99", "vllm:time_to_first_token_seconds"),
-        Signal::E2eP50 => hq("0.5", "vllm:e2e_request_latency_seconds"),
-        Signal::E2eP90 => hq("0.9", "vllm:e2e_request_latency_seconds"),
-        Signal::E2eP99 => hq("0.99", "vllm:e2e_request_latency_seconds"),
+        Signal::RejectionRate => rate("admission_rejections_total"),
+        Signal::PromptTokensRate => rate("prompt_tokens_total"),
+        Signal::GenerationTokensRate => rate("generation_tokens_total"),
+        Signal::KvCacheUsage => format!("avg({} or {})", v("kv_cache_usage_perc"), v("gpu_cache_usage_perc")),
+        Signal::TtftP50 => hq("0.5", "time_to_first_token_seconds"),
+        Signal::TtftP90 => hq("0.9", "time_to_first_token_seconds"),
+        Signal::TtftP99 => hq("0.99", "time_to_first_token_seconds"),
+        Signal::E2eP50 => hq("0.5", "e2e_request_latency_seconds"),
+        Signal::E2eP90 => hq("0.9", "e2e_request_latency_seconds"),
+        Signal::E2eP99 => hq("0.99", "e2e_request_latency_seconds"),
+        Signal::QueueWaitP50 => hq("0.5", "request_queue_time_seconds"),
+        Signal::QueueWaitP90 => hq("0.9", "request_queue_time_seconds"),
+        Signal::QueueWaitP99 => hq("0.99", "request_queue_time_seconds"),
+        Signal::PromptTokensPerRequest => mean("request_prompt_tokens"),
+        Signal::GenerationTokensPerRequest => mean("request_generation_tokens"),
+        // vLLM 0.34's names, else the ones it dropped (older releases serve both).
+        Signal::PrefixCacheHitFraction => format!(
+            "({} / {}) or ({} / {})",
+            rate("prefix_cache_hits_total"),
+            rate("prefix_cache_queries_total"),
+            rate("gpu_prefix_cache_hits_total"),
+            rate("gpu_prefix_cache_queries_total")
+        ),
     }
 }
 
@@ -101,7 +136,9 @@ impl PrometheusConfig {
     /// The PromQL for `signal`, placeholders filled in.
     pub fn query(&self, signal: Signal) -> String {
         let template = self.queries.get(&signal).cloned().unwrap_or_else(|| default_query(signal));
-        template.replace("$selector", &self.selector).replace("$window", &self.rate_window)
+        // `{a="b",$selector}` with no selector is `{a="b"}`, not a trailing comma.
+        let template = if self.selector.trim().is_empty() { template.replace(",$selector", "") } else { template };
+        template.replace("$selector", self.selector.trim()).replace("$window", &self.rate_window)
     }
 
     pub fn problems(&self) -> Vec<(&'static str, String)> {
@@ -336,9 +373,18 @@ mod tests {
     fn templates_fill_selector_and_window() {
         let mut c: PrometheusConfig =
             serde_yaml_ng::from_str("url: http://p:9090\nselector: 'model_name=\"m\"'").unwrap();
-        assert_eq!(c.query(Signal::RequestRate), "sum(rate(vllm:request_success_total{model_name=\"m\"}[1m]))");
+        assert_eq!(
+            c.query(Signal::RejectionRate),
+            "sum(rate({__name__=~\"vllm[:_]admission_rejections_total\",model_name=\"m\"}[1m]))"
+        );
+        assert_eq!(
+            c.query(Signal::QueueDeferred),
+            "sum({__name__=~\"vllm[:_]num_requests_waiting_by_reason\",reason=\"deferred\",model_name=\"m\"})"
+        );
         c.queries.insert(Signal::QueueDepth, "max(my_queue{$selector})".into());
         assert_eq!(c.query(Signal::QueueDepth), "max(my_queue{model_name=\"m\"})");
+        let all: PrometheusConfig = serde_yaml_ng::from_str("url: http://p:9090").unwrap();
+        assert_eq!(all.query(Signal::Running), "sum({__name__=~\"vllm[:_]num_requests_running\"})");
         assert!(c.problems().is_empty());
         c.url = "ftp://x".into();
         assert_eq!(c.problems()[0].0, "url");

@@ -9,14 +9,14 @@
 //! poll fail.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     sync::Arc,
     time::{Duration, SystemTime},
 };
 
 use serde::Deserialize;
 use tokio::{sync::Semaphore, task::JoinSet};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{
     exposition::{self, Format},
@@ -132,6 +132,30 @@ impl TargetError {
     }
 }
 
+/// How one round of scrapes went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Round {
+    pub targets: usize,
+    /// Targets that answered with vLLM or KServe metrics.
+    pub answered: usize,
+    /// Of those, pods whose every engine reports itself asleep.
+    pub asleep: usize,
+    /// Targets that failed, by why.
+    pub failures: BTreeMap<TargetError, usize>,
+}
+
+impl Round {
+    /// Pods serving: answered and awake. A sleeping vLLM still answers
+    /// `/metrics` but serves nothing, so it is not a running replica.
+    pub fn serving(&self) -> usize {
+        self.answered - self.asleep
+    }
+}
+
+/// A repeated failure of one target is logged when it starts, when its kind
+/// changes, and then at most this often.
+const RELOG_SECS: u64 = 60;
+
 /// A scraper with the state rates need between polls.
 #[derive(Debug)]
 pub struct Scraper {
@@ -140,14 +164,23 @@ pub struct Scraper {
     deriver: Deriver,
     /// Errors so far by (target, kind).
     pub errors: BTreeMap<(String, TargetError), u64>,
-    /// Targets in the last round, and how many answered.
-    pub last_round: (usize, usize),
+    /// The last round.
+    pub last_round: Round,
+    /// Per failing target: the kind last logged, and when.
+    logged: HashMap<String, (TargetError, std::time::Instant)>,
 }
 
 impl Scraper {
     pub fn new(config: ScrapeConfig) -> Scraper {
         let client = super::http_client(Duration::from_secs_f64(config.timeout_secs));
-        Scraper { config, client, deriver: Deriver::default(), errors: BTreeMap::new(), last_round: (0, 0) }
+        Scraper {
+            config,
+            client,
+            deriver: Deriver::default(),
+            errors: BTreeMap::new(),
+            last_round: Round::default(),
+            logged: HashMap::new(),
+        }
     }
 
     pub fn interval(&self) -> Duration {
@@ -184,24 +217,45 @@ impl Scraper {
             });
         }
         let mut readings = Vec::new();
+        let mut round = Round { targets: targets.len(), ..Round::default() };
         while let Some(joined) = set.join_next().await {
             let Ok((target, got)) = joined else { continue };
             match got {
-                Ok(r) => readings.push((target, r)),
+                Ok(r) => {
+                    if self.logged.remove(&target).is_some() {
+                        info!(url = %target, "scrape target answers again");
+                    }
+                    round.asleep += usize::from(r.is_asleep());
+                    readings.push((target, r));
+                }
                 Err((kind, detail)) => {
-                    warn!(url = %target, error = kind.as_str(), %detail, "scrape failed");
+                    let due = self
+                        .logged
+                        .get(&target)
+                        .is_none_or(|(k, at)| *k != kind || at.elapsed() >= Duration::from_secs(RELOG_SECS));
+                    if due {
+                        warn!(url = %target, error = kind.as_str(), %detail, "scrape failed");
+                        self.logged.insert(target.clone(), (kind, std::time::Instant::now()));
+                    }
+                    *round.failures.entry(kind).or_default() += 1;
                     *self.errors.entry((target, kind)).or_default() += 1;
                 }
             }
         }
-        self.last_round = (targets.len(), readings.len());
+        round.answered = readings.len();
+        self.last_round = round;
         self.deriver.retain(&|t| targets.iter().any(|x| x == t));
+        self.logged.retain(|t, _| targets.iter().any(|x| x == t));
         if readings.is_empty() {
             return Err(SourceError::NoTargetAnswered(targets.len()));
         }
         Ok(self.deriver.round(readings))
     }
 }
+
+/// The Accept header of a scrape: the text format, whose names every
+/// client writes as registered.
+pub const ACCEPT: &str = "text/plain;version=0.0.4";
 
 async fn scrape_one(
     client: &reqwest::Client,
@@ -210,10 +264,10 @@ async fn scrape_one(
 ) -> Result<vllm::Reading, (TargetError, String)> {
     let res = client
         .get(target)
-        .header(
-            reqwest::header::ACCEPT,
-            "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5",
-        )
+        // Text 0.0.4 only: prometheus_client >= 0.23 ignores q-values and answers any
+        // Accept that lists OpenMetrics with `escaping=underscores` (samples `vllm_x`
+        // under `# TYPE vllm:x`). Other spellings are read all the same (`vllm`).
+        .header(reqwest::header::ACCEPT, ACCEPT)
         .send()
         .await
         .map_err(|e| (if e.is_timeout() { TargetError::Timeout } else { TargetError::Unreachable }, e.to_string()))?;

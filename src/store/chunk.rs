@@ -108,6 +108,13 @@ impl MemChunk {
         self.generation += 1;
     }
 
+    /// Set bucket `i` to `v`, dropping what it held.
+    pub fn set(&mut self, i: usize, v: f64) {
+        self.mean[i] = v;
+        self.count[i] = 1;
+        self.generation += 1;
+    }
+
     /// Set bucket `i` to `v` only if it is empty (backfill). True if it was.
     pub fn fill(&mut self, i: usize, v: f64) -> bool {
         if self.count[i] != 0 {

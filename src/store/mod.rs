@@ -273,6 +273,18 @@ impl Store {
     /// latest if `t` is newer. Times before 1970 or in expired chunks are
     /// dropped and counted in [`dropped_rejected`](Self::dropped_rejected).
     pub fn record(&self, series: &str, t: SystemTime, value: f64) {
+        self.write(series, t, value, MemChunk::add)
+    }
+
+    /// Set the bucket holding `t` to `value`, whatever it held: for sources
+    /// whose value is one evaluation per bucket that may be read again as
+    /// late data settles (a Prometheus-compatible server's recent buckets).
+    /// Otherwise as [`record`](Self::record).
+    pub fn replace(&self, series: &str, t: SystemTime, value: f64) {
+        self.write(series, t, value, MemChunk::set)
+    }
+
+    fn write(&self, series: &str, t: SystemTime, value: f64, op: fn(&mut MemChunk, usize, f64)) {
         if !value.is_finite() {
             self.non_finite.fetch_add(1, Ordering::Relaxed);
             return;
@@ -309,7 +321,7 @@ impl Store {
                 pos
             }
         };
-        s.chunks[pos].add(i, value);
+        op(&mut s.chunks[pos], i, value);
         s.newest = s.newest.max(Some(b));
         if s.latest.is_none_or(|(_, lt)| t >= lt) {
             s.latest = Some((value, t));

@@ -2,6 +2,8 @@
 //! with a config, learn its bound addresses from its JSON log, stop it.
 #![allow(dead_code)]
 
+pub mod vllm_pod;
+
 use std::{
     io::{BufRead, BufReader},
     net::SocketAddr,
@@ -316,4 +318,19 @@ pub fn record_history(
     let now = std::time::UNIX_EPOCH + Duration::from_secs_f64(now_secs);
     store.set_latest(series, now, demand(now_secs));
     now
+}
+
+/// A child process (a Prometheus, a VictoriaMetrics) killed when dropped.
+pub struct Kill(pub Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port free a moment ago, for servers that take a port number.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }

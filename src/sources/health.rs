@@ -1,0 +1,105 @@
+//! What each workload's source says about itself besides values: which
+//! scrape targets answered and why the others did not, which pods are
+//! asleep, which Prometheus queries keep returning nothing. Collectors
+//! write it; the control loop copies it into the workload's state, so the
+//! reason for "no decision" can name the cause (a query that matches no
+//! series is a wrong metric name or selector, not a slow source).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::RwLock,
+    time::SystemTime,
+};
+
+use serde::Serialize;
+
+use super::Signal;
+
+/// The latest status of every workload's source, by workload key.
+#[derive(Debug, Default)]
+pub struct SourceHealth {
+    by_workload: RwLock<HashMap<String, SourceStatus>>,
+}
+
+impl SourceHealth {
+    /// Change one workload's status in place.
+    pub fn update(&self, key: &str, change: impl FnOnce(&mut SourceStatus)) {
+        let mut map = self.by_workload.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        change(map.entry(key.to_string()).or_default());
+    }
+
+    pub fn get(&self, key: &str) -> Option<SourceStatus> {
+        self.by_workload.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
+    }
+
+    /// Forget a workload whose collector stopped.
+    pub fn remove(&self, key: &str) {
+        self.by_workload.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+    }
+}
+
+/// One workload's source, as of its last poll.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct SourceStatus {
+    /// Scraped sources: targets polled in the last round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub targets: Option<u32>,
+    /// Scraped sources: targets that answered with vLLM or KServe metrics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered: Option<u32>,
+    /// Scraped sources: answering pods whose every engine is asleep
+    /// (`vllm:engine_sleep_state`); they are not counted as serving pods.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub asleep: Option<u32>,
+    /// Scraped sources: targets that failed in the last round, by why
+    /// (`unreachable`, `timeout`, `http_status`, `parse`, `no_known_metrics`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub failures: BTreeMap<String, u32>,
+    /// Prometheus sources: signals whose query has matched no series on
+    /// every poll since `since`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub empty_queries: BTreeMap<Signal, EmptyQuery>,
+}
+
+/// A query that keeps matching no series.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct EmptyQuery {
+    /// The PromQL as sent, placeholders filled in.
+    pub query: String,
+    /// The first poll of this empty run.
+    #[serde(serialize_with = "crate::time::ser_system_time")]
+    #[schema(value_type = String, format = DateTime)]
+    pub since: SystemTime,
+    /// Whether the collector has logged this run yet.
+    #[serde(skip)]
+    pub logged: bool,
+}
+
+impl SourceStatus {
+    /// Why `signal` has no usable reading, as far as the source knows:
+    /// e.g. the query that has matched nothing for `min_secs` or longer.
+    pub fn explain(&self, signal: Signal, now: SystemTime, min_secs: f64) -> Option<String> {
+        if let Some(e) = self.empty_queries.get(&signal) {
+            let secs = now.duration_since(e.since).unwrap_or_default().as_secs_f64();
+            if secs >= min_secs {
+                return Some(format!(
+                    "the query `{}` has matched no series for {secs:.0} s (check the metric names and `selector`)",
+                    e.query
+                ));
+            }
+        }
+        let (Some(targets), Some(answered)) = (self.targets, self.answered) else { return None };
+        if answered < targets || self.asleep.is_some_and(|a| a > 0) {
+            let failed: Vec<String> = self.failures.iter().map(|(why, n)| format!("{n} {why}")).collect();
+            let mut out = format!("{answered} of {targets} scrape targets answered");
+            if !failed.is_empty() {
+                out.push_str(&format!(" ({})", failed.join(", ")));
+            }
+            if let Some(a) = self.asleep.filter(|a| *a > 0) {
+                out.push_str(&format!("; {a} asleep"));
+            }
+            return Some(out);
+        }
+        None
+    }
+}
