@@ -1,8 +1,9 @@
 //! Fit speed: fit + forecast of 4 weeks of 1-minute history (40,320 points),
 //! what one workload's refit costs, for every model, for `auto` (model
-//! selection by a 12-origin backtest, then the final fit and intervals), and
-//! for `auto refit` (the chosen models refitted with the selection reused,
-//! which is what the engine runs between selections).
+//! selection by a rolling-origin backtest, 24 origins by default, then the
+//! final fit and intervals), and for `auto refit` (the chosen models refitted
+//! with the selection reused, which is what the engine runs between
+//! selections).
 //!
 //! `cargo bench --bench forecast_fit`. The series is a seeded synthetic
 //! in-flight-requests curve (daily and weekly cycles, noise, short bursts);
@@ -100,8 +101,9 @@ fn main() {
         chosen = forecaster.forecast(&series, HORIZON, &Choice::Auto).expect("auto").model;
     });
     println!(
-        "  {:<22} {ms:>9.2} ms   (selection over 12 origins + final fit; chose {chosen}; median of {auto_runs})",
-        "auto"
+        "  {:<22} {ms:>9.2} ms   (selection over {} origins + final fit; chose {chosen}; median of {auto_runs})",
+        "auto",
+        ForecasterConfig::default().origins
     );
     results.push(("auto".into(), ms));
     // What the engine does between selections: refit the chosen models, reuse the backtest's residuals.

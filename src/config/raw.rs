@@ -362,7 +362,7 @@ fn default_history_days() -> f64 {
     28.0
 }
 fn default_origins() -> usize {
-    12
+    24
 }
 fn default_quantiles() -> Vec<f64> {
     vec![0.5, 0.9]

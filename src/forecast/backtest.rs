@@ -135,9 +135,52 @@ pub fn run_model(
     ModelRun { model: model.name().to_string(), forecasts, fit_secs, first_error }
 }
 
+/// [`run_model`] for several models, each split's history cleaned once.
+pub fn run_models(series: &Series, seasons: &Seasons, splits: &Splits, models: &[Box<dyn Model>]) -> Vec<ModelRun> {
+    let mut runs: Vec<ModelRun> = models
+        .iter()
+        .map(|m| ModelRun {
+            model: m.name().to_string(),
+            forecasts: Vec::new(),
+            fit_secs: Vec::new(),
+            first_error: None,
+        })
+        .collect();
+    for split in &splits.list {
+        let train = split.train(series);
+        let cleaned = prep::clean(&train.values, train.step, seasons.periods());
+        for (m, run) in models.iter().zip(&mut runs) {
+            let f = cleaned
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|v| fit_cleaned(v, &train, seasons, m.as_ref(), splits.horizon));
+            match f {
+                Ok(f) => run.forecasts.push(Some(f)),
+                Err(e) => {
+                    run.first_error.get_or_insert(e);
+                    run.forecasts.push(None);
+                }
+            }
+        }
+    }
+    runs
+}
+
 /// Clean, fit and forecast `h` steps after `train`.
 pub fn fit_predict(train: &Series, seasons: &Seasons, model: &dyn Model, h: usize) -> Result<Vec<f64>, ForecastError> {
-    let values = prep::clean(&train.values, train.step)?;
+    let values = prep::clean(&train.values, train.step, seasons.periods())?;
+    fit_cleaned(&values, train, seasons, model, h)
+}
+
+/// As [`fit_predict`], on `values` already cleaned from `train` (so several
+/// models fitted on one history clean it once).
+pub fn fit_cleaned(
+    values: &[f64],
+    train: &Series,
+    seasons: &Seasons,
+    model: &dyn Model,
+    h: usize,
+) -> Result<Vec<f64>, ForecastError> {
     let usable = seasons.usable(values.len());
     let need = model.min_len(&usable);
     if need == usize::MAX {
@@ -151,7 +194,7 @@ pub fn fit_predict(train: &Series, seasons: &Seasons, model: &dyn Model, h: usiz
     if values.len() < need {
         return Err(ForecastError::TooShort { model: model.name().into(), have: values.len(), need });
     }
-    let t = Train { values: &values, start: train.start, step: train.step, seasons: &usable };
+    let t = Train { values, start: train.start, step: train.step, seasons: &usable };
     let f = model.fit(&t)?.predict(h);
     if f.iter().all(|v| v.is_finite()) {
         Ok(f)

@@ -27,11 +27,13 @@
 //! - `linfa-linear` solves the calendar regression's least squares (linfa 0.8
 //!   pins ndarray 0.16, so that is the ndarray we use).
 
+pub mod anchor;
 pub mod auto;
 pub mod backtest;
 pub mod calendar;
 pub mod decompose;
 pub mod ets;
+pub mod level;
 pub mod logscale;
 pub mod naive;
 pub mod prep;
@@ -189,8 +191,9 @@ pub struct Forecast {
     pub quantiles: Vec<QuantileForecast>,
     /// Backtest MASE of the chosen model (lower is better; 1.0 = as good as seasonal naive in sample).
     pub backtest_mase: Option<f64>,
-    /// Added to the chosen model's forecast because the latest observations
-    /// moved away from it and stayed away (see `auto`); `None` when no shift was seen.
+    /// Added to every step because the latest observations moved away from
+    /// the usual and held for an hour with nothing like it before (see
+    /// `anchor`); `None` when no shift was carried whole.
     pub level_shift: Option<f64>,
     /// Why this model: the candidates' backtest scores, the chosen one first, then best first.
     pub candidates: Vec<(String, f64)>,
@@ -228,6 +231,8 @@ pub fn models() -> Vec<Box<dyn Model>> {
     vec![
         Box::new(naive::SeasonalNaive::Daily),
         Box::new(naive::SeasonalNaive::Weekly),
+        Box::new(level::SeasonalMedian),
+        Box::new(level::Ses),
         Box::new(ets::HoltWinters { damped: false }),
         Box::new(ets::HoltWinters { damped: true }),
         Box::new(ets::Holt),

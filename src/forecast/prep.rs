@@ -40,13 +40,26 @@ const SPIKE_SIGMAS: f64 = 6.0;
 
 /// Hampel filter: a point far from the median of the `half` points either
 /// side is replaced by that median. A one-off spike is narrower than the
-/// window and goes; a level shift fills the window and stays (at the end of
-/// the series, after `half` points), so a new level is picked up.
+/// window and goes; a level shift fills the window and stays, so a new level
+/// is picked up.
+///
+/// A point that recurs is seasonality, not a spike, and stays: one whose
+/// value is matched (within half its distance from the local median) at the
+/// same phase one `periods` cycle before or after, give or take a step. A job
+/// that calls the endpoint at the same minutes every day is the most
+/// forecastable demand there is, and clipping it would make every seasonal
+/// model miss it.
+///
+/// The newest points are clipped like any others, for the models only: a
+/// burst that has just begun would make trend models extrapolate it, and a
+/// seasonal model has no use for it. What it says about the next steps is
+/// added back by the [anchor](super::anchor), from the raw values, as far
+/// as the series' past bursts lasted.
 ///
 /// The scale is the larger of the window's MAD and the series' typical
 /// step-to-step change, so a smooth curve's peaks are never taken for spikes.
 /// Returns how many points were replaced.
-pub fn clip_spikes(values: &mut [f64], half: usize) -> usize {
+pub fn clip_spikes(values: &mut [f64], half: usize, periods: &[usize]) -> usize {
     let n = values.len();
     if n < 3 || half == 0 {
         return 0;
@@ -89,12 +102,22 @@ pub fn clip_spikes(values: &mut [f64], half: usize) -> usize {
         scratch.extend(sorted.iter().map(|v| (v - med).abs()));
         let mad = median(&mut scratch);
         let scale = 1.4826 * mad.max(typical_step);
-        if scale > 0.0 && dist > SPIKE_SIGMAS * scale {
+        if scale > 0.0 && dist > SPIKE_SIGMAS * scale && !recurs(&original, i, dist, periods) {
             values[i] = med;
             replaced += 1;
         }
     }
     replaced
+}
+
+/// Whether `v[i]` is matched, within half of `dist`, one cycle of a period
+/// before or after it (one step either side of the exact phase).
+fn recurs(v: &[f64], i: usize, dist: f64, periods: &[usize]) -> bool {
+    periods.iter().any(|&p| {
+        let near =
+            |c: usize| (c.saturating_sub(1)..=c + 1).filter_map(|j| v.get(j)).any(|x| (x - v[i]).abs() <= dist / 2.0);
+        i.checked_sub(p).is_some_and(near) || near(i + p)
+    })
 }
 
 fn sorted_median(v: &[f64]) -> f64 {
@@ -111,10 +134,11 @@ pub fn spike_half_window(step_secs: i64) -> usize {
     ((1800 + step_secs - 1) / step_secs.max(1)).max(3) as usize
 }
 
-/// Gaps filled and spikes clipped: what every model is fitted on.
-pub fn clean(values: &[f64], step_secs: i64) -> Result<Vec<f64>, ForecastError> {
+/// Gaps filled and spikes clipped (recurring ones at `periods` kept): what
+/// every model is fitted on.
+pub fn clean(values: &[f64], step_secs: i64, periods: &[usize]) -> Result<Vec<f64>, ForecastError> {
     let mut v = fill_gaps(values)?;
-    clip_spikes(&mut v, spike_half_window(step_secs));
+    clip_spikes(&mut v, spike_half_window(step_secs), periods);
     Ok(v)
 }
 
@@ -149,15 +173,15 @@ mod tests {
     fn a_spike_is_clipped_but_a_level_shift_and_a_smooth_peak_are_not() {
         let mut v: Vec<f64> = (0..200).map(|i| 100.0 + 20.0 * (i as f64 / 10.0).sin() + (i % 3) as f64).collect();
         let smooth = v.clone();
-        assert_eq!(clip_spikes(&mut v, 6), 0, "a smooth curve is left alone");
+        assert_eq!(clip_spikes(&mut v, 6, &[]), 0, "a smooth curve is left alone");
         assert_eq!(v, smooth);
         v[50] = 1000.0;
-        assert_eq!(clip_spikes(&mut v, 6), 1);
+        assert_eq!(clip_spikes(&mut v, 6, &[]), 1);
         assert!((v[50] - smooth[50]).abs() < 25.0);
         let mut shifted: Vec<f64> =
             (0..100).map(|i| if i < 80 { 10.0 + (i % 2) as f64 } else { 60.0 + (i % 2) as f64 }).collect();
         let before = shifted.clone();
-        clip_spikes(&mut shifted, 6);
+        clip_spikes(&mut shifted, 6, &[]);
         assert_eq!(&shifted[90..], &before[90..], "the new level survives once it fills the window");
     }
 
@@ -174,7 +198,7 @@ mod tests {
             .collect();
         let original = values.clone();
         let half = 12;
-        let fast = clip_spikes(&mut values, half);
+        let fast = clip_spikes(&mut values, half, &[]);
         // The rule, written plainly.
         let mut diffs: Vec<f64> = original.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
         let typical = median(&mut diffs);
@@ -201,9 +225,29 @@ mod tests {
         for i in (0..600).step_by(40) {
             v[i] += 1.0;
         }
-        assert_eq!(clip_spikes(&mut v, 6), 1);
+        assert_eq!(clip_spikes(&mut v, 6, &[]), 1);
         assert_eq!(v[300], 0.0);
         assert_eq!(v.iter().filter(|x| **x == 1.0).count(), 15, "small everyday movements stay");
+    }
+
+    #[test]
+    fn a_spike_that_recurs_each_day_is_seasonality() {
+        // 5-minute steps, baseline 8, and 68 then 50 at the same two steps every day.
+        let day = 288;
+        let mut v: Vec<f64> = (0..7 * day).map(|i| 8.0 + (i % 3) as f64).collect();
+        for d in 0..7 {
+            v[d * day + 100] = 68.0;
+            v[d * day + 101] = 50.0;
+        }
+        // One day's run a step late, as a scheduled job may be.
+        v[3 * day + 102] = 50.0;
+        v[3 * day + 101] = 68.0;
+        v[3 * day + 100] = 9.0;
+        let before = v.clone();
+        assert_eq!(clip_spikes(&mut v, 6, &[day]), 0, "a daily job is kept");
+        assert_eq!(v, before);
+        // Without the daily period it is taken for spikes, which is what the rule prevents.
+        assert!(clip_spikes(&mut v, 6, &[]) >= 12);
     }
 
     #[test]
