@@ -247,7 +247,7 @@ pub fn run_backtest(args: &BacktestArgs, out: &mut dyn Write) -> anyhow::Result<
     let band = (0.1, 0.9);
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    let mut runs: Vec<(String, Vec<Option<Vec<f64>>>, Vec<Option<Interval>>)> = Vec::new();
+    let mut runs: Vec<Run> = Vec::new();
     for m in &chosen {
         bar.set_message(m.name());
         let run = backtest::run_model(series, &seasons, &splits, m.as_ref(), &mut timer);
@@ -518,7 +518,7 @@ mod tests {
             ("2014-07-01 00:30:00", Some(1_404_174_600.0)),
             ("2014-07-01T00:30:00Z", Some(1_404_174_600.0)),
             ("2014-07-01T02:30:00+02:00", Some(1_404_174_600.0)),
-            ("2023-11-16 18:17:03.9799600", Some(1_700_158_623.97996)),
+            ("2023-11-16 18:17:03.9799600", Some(1_700_158_623.979_96)),
             ("yesterday", None),
             ("", None),
         ];

@@ -242,7 +242,7 @@ pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<
 
 /// What the fleet saw during the warm-up: Poisson arrivals per minute, as a rate.
 fn observed(rate: &[f64], seed: u64) -> Vec<f64> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0f_ba5e);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x005e_ed0f_ba5e);
     rate.iter()
         .map(|r| if *r > 0.0 { Poisson::new(r * 60.0).map_or(*r, |p| p.sample(&mut rng) / 60.0) } else { 0.0 })
         .collect()

@@ -115,9 +115,13 @@ fn cost(pools: &[Pool], limits: &[Limits], nodes: &[usize]) -> f64 {
         .sum()
 }
 
+/// Where one part of a replica sits: (pool, node, rack).
+type Placed = (usize, usize, u32);
+
 /// Everything the placement must respect, checked from the packing alone.
 fn check_constraints(c: &Case, limits: &[Limits], requests: &[Request<'_>], p: &Packing) -> Result<(), String> {
-    let mut parts: BTreeMap<(usize, u32), Vec<(usize, usize, u32)>> = BTreeMap::new();
+    // (request, replica) -> where each of its parts sits
+    let mut parts: BTreeMap<(usize, u32), Vec<Placed>> = BTreeMap::new();
     for (pi, (pool, nodes)) in c.pools.iter().zip(&p.nodes).enumerate() {
         if nodes.len() as u32 > limits[pi].max_nodes {
             return Err(format!("pool {} has {} nodes, limit {}", pool.name, nodes.len(), limits[pi].max_nodes));

@@ -133,7 +133,8 @@ fn pack_with(pools: &[Pool], limits: &[Limits], requests: &[Request<'_>], parts:
         let eligible: Vec<(usize, u32)> =
             pools.iter().enumerate().filter_map(|(p, pool)| pool.parts_per_node(shape).ok().map(|n| (p, n))).collect();
         for replica in 0..requests[i].replicas {
-            let mut best: Option<(f64, (u8, u64, usize), usize, Fit)> = None;
+            // (cost per replica, tie-break, pool, where it fits)
+            let mut best: Option<(f64, TieBreak, usize, Fit)> = None;
             for &(p, per_node) in &eligible {
                 let Some(opt) = option(&pools[p], &limits[p], &out.nodes[p], shape, parts) else {
                     out.capped[i][p] = true;
@@ -160,6 +161,10 @@ fn pack_with(pools: &[Pool], limits: &[Limits], requests: &[Request<'_>], parts:
     }
     out
 }
+
+/// Between equal costs: reserved before on-demand before spot, then the
+/// cheaper node, then the pool listed first.
+type TieBreak = (u8, u64, usize);
 
 fn type_rank(t: CapacityType) -> u8 {
     match t {

@@ -186,11 +186,11 @@ mod tests {
         assert_eq!(c.refusal(&l, &[]), None);
         let gpu = Taint { key: "nvidia.com/gpu".into(), value: None, effect: "NoSchedule".into() };
         let soft = Taint { key: "x".into(), value: None, effect: "PreferNoSchedule".into() };
-        assert!(c.refusal(&l, &[gpu.clone()]).unwrap().contains("nvidia.com/gpu:NoSchedule"));
+        assert!(c.refusal(&l, std::slice::from_ref(&gpu)).unwrap().contains("nvidia.com/gpu:NoSchedule"));
         assert_eq!(c.refusal(&l, &[soft]), None);
         let tol = Toleration { key: "nvidia.com/gpu".into(), operator: "Exists".into(), ..Default::default() };
         let c = Constraints { tolerations: vec![tol], ..c };
-        assert_eq!(c.refusal(&l, &[gpu.clone()]), None);
+        assert_eq!(c.refusal(&l, std::slice::from_ref(&gpu)), None);
         let wrong_value = Toleration {
             key: "nvidia.com/gpu".into(),
             operator: "Equal".into(),

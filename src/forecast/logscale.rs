@@ -31,7 +31,7 @@ impl Model for LogScale {
     }
 
     fn fit(&self, train: &Train<'_>) -> Result<Box<dyn Fitted>, ForecastError> {
-        if let Some(v) = train.values.iter().find(|v| !(**v >= 0.0)) {
+        if let Some(v) = train.values.iter().find(|v| v.is_nan() || **v < 0.0) {
             return Err(ForecastError::Fit {
                 model: self.name.into(),
                 reason: format!("needs values that are never negative, saw {v}"),

@@ -113,7 +113,7 @@ impl Demand {
         }
         let mut sorted = rate.clone();
         let p99 = crate::forecast::backtest::quantile(&mut sorted, 0.99);
-        if !(p99 > 0.0) {
+        if p99.is_nan() || p99 <= 0.0 {
             return Err(SimError::Input("the series is zero almost everywhere: no shape to scale".into()));
         }
         let k = peak_rps / p99;

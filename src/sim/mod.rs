@@ -129,7 +129,7 @@ impl Capacity {
 
     /// Replicas the capacity rule (M/M/c on the wait budget, as Foresight sizes) needs for `rate`.
     pub fn replicas_for_rate(&self, rate: f64) -> u32 {
-        if !(rate > 0.0) {
+        if rate.is_nan() || rate <= 0.0 {
             return 0;
         }
         crate::sizing::predictive::mmc_replicas(rate, self.requests_per_sec, self.slots, self.wait_budget_secs)
@@ -137,7 +137,7 @@ impl Capacity {
 
     /// Replicas whose slots would hold `queue` waiting requests.
     pub fn replicas_for_queue(&self, queue: f64) -> u32 {
-        if !(queue > 0.0) {
+        if queue.is_nan() || queue <= 0.0 {
             return 0;
         }
         (queue / self.slots).ceil() as u32
@@ -360,7 +360,7 @@ pub fn simulate(
     let (mut replica_secs, mut max_replicas) = (0.0f64, ready);
     // A busy slot frees at 1/S per second, so full replicas complete slots/S
     // requests per second: the rate the sizing rules assume.
-    if !(cap.service_secs >= dt) {
+    if cap.service_secs.is_nan() || cap.service_secs < dt {
         return Err(SimError::Input(format!(
             "step {dt} s is longer than the mean service time {:.2} s: use a shorter --step",
             cap.service_secs
@@ -374,7 +374,7 @@ pub fn simulate(
 
         // Arrivals.
         let lambda = demand.rate[minute] * dt;
-        let a = if !(lambda > 0.0) {
+        let a = if lambda.is_nan() || lambda <= 0.0 {
             0.0
         } else if cfg.poisson {
             Poisson::new(lambda).map_or(lambda, |p| p.sample(&mut rng))

@@ -105,7 +105,7 @@ pub struct Sizing {
 
 /// Replicas for a load of `load` target-signal units.
 pub fn replicas_for(i: &Input<'_>, load: f64) -> u32 {
-    if !(load > 0.0) {
+    if load.is_nan() || load <= 0.0 {
         return 0;
     }
     let raw = match i.signal {
