@@ -37,6 +37,8 @@ pub enum TraceInput {
     Series(CsvInput),
     /// The built-in generator.
     Synthetic(Synthetic),
+    /// A ServeGen model folder or client file, optionally some clients only.
+    ServeGen { path: PathBuf, clients: Vec<String> },
 }
 
 /// What `foresight simulate` runs.
@@ -88,7 +90,7 @@ struct Summary<'a> {
 /// Run the comparison and print a table (or JSON) to `out`.
 pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let profile = load_profile(&args.profile).context("loading the model profile")?;
-    let (mix, bursts) = match &args.requests {
+    let (mut mix, bursts) = match &args.requests {
         Some(p) => {
             let rows = load_trace(p).map_err(anyhow::Error::msg).context("reading --requests")?;
             (TokenMix::of_requests(&rows).context("empty request log")?, Some(rows))
@@ -116,6 +118,11 @@ pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<
             (Demand::from_series(&loaded.series, args.peak_rps, mix)?, input.path.display().to_string())
         }
         // Scaled like a recorded series, so --peak-rps means the same for both.
+        TraceInput::ServeGen { path, clients } => {
+            let (d, name) = load_servegen(path, clients, args.peak_rps, args.seed)?;
+            mix = d.mix;
+            (d, name)
+        }
         TraceInput::Synthetic(g) => {
             let d = g.generate(mix)?;
             let series = crate::forecast::Series { start: d.start, step: 60, values: d.rate };
@@ -135,7 +142,9 @@ pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<
     }
     let end = args.duration.map_or(full.minutes(), |d| (warm + (d.as_secs() / 60) as usize).min(full.minutes()));
     let window = full.window(warm, end);
-    let history = observed(&full.rate[..warm], args.seed);
+    // Recorded arrivals were observed as they are; a rate shape gets Poisson noise.
+    let history =
+        if full.arrivals.is_some() { full.rate[..warm].to_vec() } else { observed(&full.rate[..warm], args.seed) };
 
     let pool = Pool {
         gpus_per_node: args.gpus_per_node,
@@ -238,6 +247,80 @@ pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<
         print_table(out, &summary, &runs)?;
     }
     Ok(())
+}
+
+/// ServeGen's day 0 has no known date: start it on a Monday (2026-01-05 00:00 UTC).
+const SERVEGEN_START: i64 = 1_767_571_200;
+
+/// Read a ServeGen model folder (every `chunk-*-trace.csv`, or the listed
+/// clients) or one client file, and its token mix when
+/// `token_means_6h.csv` sits beside the folder.
+fn load_servegen(
+    path: &std::path::Path,
+    only: &[String],
+    peak_rps: f64,
+    seed: u64,
+) -> anyhow::Result<(Demand, String)> {
+    let client_of = |p: &std::path::Path| {
+        let n = p.file_name()?.to_str()?;
+        Some(n.strip_prefix("chunk-")?.strip_suffix("-trace.csv")?.to_string())
+    };
+    let (dir, files) = if path.is_dir() {
+        let mut files: Vec<(String, PathBuf)> = std::fs::read_dir(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter_map(|p| client_of(&p).map(|c| (c, p)))
+            .filter(|(c, _)| only.is_empty() || only.contains(c))
+            .collect();
+        files.sort();
+        (path.to_path_buf(), files)
+    } else {
+        let c =
+            client_of(path).with_context(|| format!("{} is not a chunk-<client>-trace.csv file", path.display()))?;
+        (path.parent().map(PathBuf::from).unwrap_or_default(), vec![(c, path.to_path_buf())])
+    };
+    if let Some(missing) = only.iter().find(|c| !files.iter().any(|(f, _)| f == *c)) {
+        bail!("--clients {missing}: no chunk-{missing}-trace.csv in {}", dir.display());
+    }
+    if files.is_empty() {
+        bail!("no chunk-<client>-trace.csv files in {}", path.display());
+    }
+    let mut clients = files
+        .iter()
+        .map(|(c, p)| {
+            let body = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Ok(sim::servegen::parse_client(c, &body)?)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let model = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    let means = dir.parent().map(|p| p.join("token_means_6h.csv"));
+    let mix = match means.as_ref().filter(|p| p.exists()) {
+        Some(p) => {
+            let body = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            sim::servegen::token_mix(&body, &model, &clients)?
+        }
+        None => None,
+    };
+    let mix = mix.unwrap_or_else(|| {
+        tracing::warn!(model, "no ServeGen token means for these clients: using the Azure conversation mix");
+        TokenMix::azure_conversation()
+    });
+    let gaps = sim::servegen::fill_gaps(&mut clients);
+    if gaps > 0 {
+        tracing::warn!(
+            model,
+            windows = gaps,
+            "windows with no traffic from any client: collection gaps, filled from a day before"
+        );
+        eprintln!("note: {gaps} ten-minute windows with no traffic from any of the {} clients were taken as collection gaps and filled from the same window a day earlier", clients.len());
+    }
+    let demand = sim::servegen::demand(&clients, SERVEGEN_START, peak_rps, mix, seed)?;
+    let name = if clients.len() == 1 {
+        format!("servegen {model} client {}", clients[0].client)
+    } else {
+        format!("servegen {model} ({} clients)", clients.len())
+    };
+    Ok((demand, name))
 }
 
 /// What the fleet saw during the warm-up: Poisson arrivals per minute, as a rate.

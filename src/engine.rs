@@ -68,8 +68,9 @@ pub struct Engine {
 }
 
 /// A refit that gave no forecast (no history yet, say) is tried again this soon,
-/// or at the refit interval if that is shorter.
-const RETRY_SECS: u64 = 60;
+/// or at the refit interval if that is shorter. A fit that fails for want of
+/// data fails in microseconds, and history can arrive at once (a backfill).
+const RETRY_SECS: u64 = 5;
 
 impl Engine {
     pub fn new(settings: &Settings, registry: Arc<Registry>, store: Arc<Store>) -> Self {
@@ -510,6 +511,8 @@ fn predictive_input<'a>(
         per_replica: w.target.per_replica,
         slots_per_replica: w.profile.concurrency_per_replica,
         wait_budget_secs: w.profile.wait_budget_secs(),
+        queueing: predictive::Queueing::default(),
+        headroom: 1.0,
         tokens_per_sec_per_replica: w.profile.generation_tokens_per_sec,
         forecast: Upper { quantile: sizing.quantile, values, step_secs: f.step_secs as f64 },
         lookahead_secs: w.profile.cold_start_secs.total_secs(),

@@ -119,9 +119,18 @@ enum Command {
 
 #[derive(clap::Args)]
 struct SimulateCli {
-    /// Demand shape: a CSV series (`timestamp,value`, e.g. a NAB trace); omit for --synthetic.
-    #[arg(long, required_unless_present = "synthetic")]
+    /// Demand shape: a CSV series (`timestamp,value`, e.g. a NAB trace); omit for --synthetic or --servegen.
+    #[arg(long, required_unless_present_any = ["synthetic", "servegen"])]
     trace: Option<PathBuf>,
+    /// A ServeGen trace: a model's folder of `chunk-<client>-trace.csv`
+    /// files (the fleet serves all its clients) or one such file. Arrivals
+    /// follow each window's fitted inter-arrival distribution, and the
+    /// token mix comes from `token_means_6h.csv` beside the folder.
+    #[arg(long, conflicts_with_all = ["trace", "synthetic", "requests"])]
+    servegen: Option<PathBuf>,
+    /// ServeGen: only these clients (comma separated), e.g. `--clients 19,73`.
+    #[arg(long, value_delimiter = ',', requires = "servegen")]
+    clients: Vec<String>,
     #[arg(long, default_value = "timestamp")]
     time_col: String,
     #[arg(long, default_value = "value")]
@@ -302,11 +311,12 @@ fn main() -> ExitCode {
         }
         Command::Simulate(a) => {
             let a = *a;
-            let trace = match a.trace {
-                Some(csv) => {
+            let trace = match (a.trace, a.servegen) {
+                (_, Some(path)) => TraceInput::ServeGen { path, clients: a.clients },
+                (Some(csv), None) => {
                     TraceInput::Series(CsvInput { path: csv, time_col: a.time_col, value_col: a.value_col, freq: None })
                 }
-                None => TraceInput::Synthetic(foresight::sim::Synthetic {
+                (None, None) => TraceInput::Synthetic(foresight::sim::Synthetic {
                     days: a.days,
                     level_shift_day: a.level_shift_day,
                     seed: a.seed,

@@ -141,3 +141,38 @@ async fn sigterm_ends_streams_and_exits_cleanly() {
     s.wait_for_log("\"stopped\"", Duration::from_secs(1));
     assert!(!s.log.lock().unwrap().iter().any(|l| l.contains("panicked")));
 }
+
+/// The shipped demo as a newcomer starts it: its simulated fleets write their
+/// past two demo weeks into the store on start, so the first forecast is
+/// already seasonal (no trend extrapolated from a start-up ramp) and the
+/// history endpoint shows that past at once.
+#[tokio::test]
+async fn the_demo_forecasts_with_its_seasons_from_the_first_minute() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = foresight::config::DEMO_CONFIG
+        .replace("127.0.0.1:6000", "127.0.0.1:0")
+        .replace("127.0.0.1:8080", "127.0.0.1:0");
+    let s = Server::start(dir.path(), &yaml);
+    // As `main` does: reqwest's rustls needs a crypto provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let base = format!("http://{}/api/v1/workloads/llama-8b", s.http);
+    let started = std::time::Instant::now();
+    let forecast: serde_json::Value = loop {
+        let r = reqwest::get(format!("{base}/forecast")).await.unwrap();
+        if r.status() == 200 {
+            break r.json().await.unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no forecast a minute after start: {}", r.status());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(forecast["regime"], "seasonal", "{forecast}");
+    let history: serde_json::Value =
+        reqwest::get(format!("{base}/history?since=2h")).await.unwrap().json().await.unwrap();
+    let points = history["points"].as_array().unwrap();
+    let known = points.iter().filter(|p| !p["value"].is_null()).count();
+    assert!(known as f64 >= 0.9 * points.len() as f64 && points.len() >= 700, "{known} of {}", points.len());
+    // The demo's day runs from a trough of 0.2x to a peak of 1.8x the mean: the past shows it.
+    let v: Vec<f64> = points.iter().filter_map(|p| p["value"].as_f64()).collect();
+    let (lo, hi) = v.iter().fold((f64::MAX, 0f64), |(l, h), x| (l.min(*x), h.max(*x)));
+    assert!(hi > 3.0 * lo.max(1.0), "no daily cycle in the backfilled past: {lo}..{hi}");
+}

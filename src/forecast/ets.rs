@@ -79,19 +79,31 @@ impl Model for ShortTrend {
     fn fit(&self, train: &Train<'_>) -> Result<Box<dyn Fitted>, ForecastError> {
         let last = *train.values.last().ok_or(ForecastError::NoData)?;
         let holt = (train.len() >= 3).then(|| fit(train.values, None, true));
-        Ok(Box::new(Blend { holt, last }))
+        Ok(Box::new(Blend { holt, last, seen: train.len() }))
     }
 }
 
 struct Blend {
     holt: Option<EtsFit>,
     last: f64,
+    /// Points the trend was measured over.
+    seen: usize,
 }
 
 impl Fitted for Blend {
+    /// The trend runs on only as far ahead as the history behind it is long,
+    /// then holds: n points show that a trend lasted n steps, not more. A few
+    /// minutes of a ramp (a fleet starting, a backlog draining) otherwise
+    /// become a forecast of many times the load over a cold start.
     fn predict(&self, h: usize) -> Vec<f64> {
         match &self.holt {
-            Some(holt) => holt.predict(h).into_iter().map(|t| 0.5 * (t + self.last)).collect(),
+            Some(holt) => {
+                let mut f = holt.predict(h);
+                if let Some(&held) = f.get(self.seen.saturating_sub(1)) {
+                    f[self.seen..].iter_mut().for_each(|v| *v = held);
+                }
+                f.into_iter().map(|t| 0.5 * (t + self.last)).collect()
+            }
             None => vec![self.last; h],
         }
     }
@@ -260,6 +272,20 @@ mod tests {
             assert!((v - truth).abs() < 0.01 * truth, "step {k}: {v} vs {truth}");
         }
         assert!(f.windows(2).all(|w| w[1] > w[0]), "still rising: {f:?}");
+    }
+
+    #[test]
+    fn a_short_history_extrapolates_no_further_than_it_is_long() {
+        // A minute of a start-up ramp, 0 to 80 in six 10-second steps.
+        let y: Vec<f64> = (0..6).map(|t| 16.0 * t as f64).collect();
+        let seasons = Seasons::new(vec![]).unwrap();
+        let train = Train { values: &y, start: 0, step: 10, seasons: &seasons };
+        let f = ShortTrend.fit(&train).unwrap().predict(48);
+        // Rising for six steps (as long as the ramp was seen), then level.
+        assert!(f[..6].windows(2).all(|w| w[1] > w[0]), "{f:?}");
+        assert!(f[6..].iter().all(|v| *v == f[5]), "{f:?}");
+        // At most the last value plus six steps of the ramp's slope, halved by the blend.
+        assert!(f[47] <= 80.0 + 0.5 * 6.0 * 16.0 + 1e-9, "{}", f[47]);
     }
 
     #[test]

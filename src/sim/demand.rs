@@ -31,6 +31,11 @@ pub struct Demand {
     /// Expected requests per second during each minute.
     pub rate: Vec<f64>,
     pub mix: TokenMix,
+    /// Recorded arrivals per second (a ServeGen trace): replayed as they
+    /// are instead of Poisson draws from `rate`, which is then their
+    /// per-minute mean.
+    #[serde(skip)]
+    pub arrivals: Option<Vec<f32>>,
 }
 
 /// Mean tokens per request.
@@ -118,13 +123,16 @@ impl Demand {
         }
         let k = peak_rps / p99;
         rate.iter_mut().for_each(|r| *r *= k);
-        Ok(Demand { start: series.start + first as i64, rate, mix })
+        Ok(Demand { start: series.start + first as i64, rate, mix, arrivals: None })
     }
 
     /// Multiply each minute by the burstiness of a request log: its arrivals
     /// per minute over their centred 15-minute mean, tiled from `phase`
     /// minutes in. Partial minutes at the log's ends are dropped.
     pub fn with_bursts(mut self, rows: &[TraceRow], phase: usize) -> Result<Demand, SimError> {
+        if self.arrivals.is_some() {
+            return Err(SimError::Input("recorded arrivals already carry their own bursts".into()));
+        }
         let span = rows.last().map_or(0.0, |r| r.0);
         let whole = (span / 60.0).floor() as usize;
         if whole < 2 {
@@ -163,7 +171,8 @@ impl Demand {
     pub fn window(&self, from: usize, to: usize) -> Demand {
         let to = to.min(self.rate.len());
         let from = from.min(to);
-        Demand { start: self.start + 60 * from as i64, rate: self.rate[from..to].to_vec(), mix: self.mix }
+        let arrivals = self.arrivals.as_ref().map(|a| a[(from * 60).min(a.len())..(to * 60).min(a.len())].to_vec());
+        Demand { start: self.start + 60 * from as i64, rate: self.rate[from..to].to_vec(), mix: self.mix, arrivals }
     }
 }
 
@@ -262,7 +271,7 @@ impl Synthetic {
             let noise = (1.0 + self.noise * z).max(0.0);
             rate.push((self.mean_rps * daily.max(0.0) * weekly * shift * burst * noise).max(0.0));
         }
-        Ok(Demand { start: self.start, rate, mix })
+        Ok(Demand { start: self.start, rate, mix, arrivals: None })
     }
 }
 
@@ -297,7 +306,7 @@ mod tests {
     #[test]
     fn bursts_keep_the_mean_of_the_log() {
         let rows: Vec<TraceRow> = (0..600).map(|i| (i as f64 * if i < 300 { 0.1 } else { 0.3 }, 100, 10)).collect();
-        let d = Demand { start: 0, rate: vec![1.0; 10], mix: TokenMix::azure_conversation() };
+        let d = Demand { start: 0, rate: vec![1.0; 10], mix: TokenMix::azure_conversation(), arrivals: None };
         let b = d.with_bursts(&rows, 0).unwrap();
         // 300 requests in the first 30 s, then 300 over 90 s: minute 0 is busier than minute 1.
         assert!(b.rate[0] > b.rate[1]);

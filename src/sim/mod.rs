@@ -3,9 +3,11 @@
 //! report out; no I/O, no clock, and the same seed gives the same answer.
 //!
 //! The model, stepped every `step_secs` (1 s by default):
-//! - **Arrivals**: Poisson with the demand's expected rate for the minute
-//!   (the same draws for every policy, from `seed`), or exactly the rate
-//!   when `poisson` is off. Arrivals join one FIFO queue for the fleet.
+//! - **Arrivals**: the demand's recorded arrivals per second when it has
+//!   them (a ServeGen trace, [`servegen`]); else Poisson with the expected
+//!   rate for the minute (the same draws for every policy, from `seed`), or
+//!   exactly the rate when `poisson` is off. Arrivals join one FIFO queue
+//!   for the fleet.
 //! - **Service**: a ready replica has `slots` batch slots (the profile's
 //!   concurrency at the SLO); a request holds one for output tokens x
 //!   inter-token latency on average (the token mix x the profile), and
@@ -29,7 +31,9 @@
 //! Conservation holds at every step: arrived = admitted + dropped + queued.
 
 pub mod demand;
+mod hpa;
 pub mod policy;
+pub mod servegen;
 
 use std::collections::VecDeque;
 
@@ -39,9 +43,13 @@ use rand_distr::{Distribution, Poisson};
 use serde::Serialize;
 
 pub use demand::{Demand, Synthetic, TokenMix};
+pub use hpa::{Hpa, HpaConfig};
 pub use policy::{Decision, Observation, Policy};
 
-use crate::sizing::{predictive::Stabiliser, profile::Profile};
+use crate::sizing::{
+    predictive::{Queueing, Stabiliser},
+    profile::Profile,
+};
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum SimError {
@@ -74,6 +82,9 @@ pub struct Capacity {
     /// Requests per second one replica completes when every slot is busy.
     pub requests_per_sec: f64,
     pub wait_budget_secs: f64,
+    /// Share of requests the sizing lets wait past the budget: one minus the
+    /// per-minute attainment target the run is scored on.
+    pub wait_miss: f64,
     pub gpus_per_replica: u32,
     pub nodes_per_replica: u32,
     pub gpus_per_node: u32,
@@ -117,6 +128,7 @@ impl Capacity {
             service_secs,
             requests_per_sec: slots / service_secs,
             wait_budget_secs: profile.wait_budget_secs(),
+            wait_miss: 1.0 - SimConfig::default().minute_slo_target,
             gpus_per_replica: profile.gpus_per_replica,
             nodes_per_replica: profile.nodes_per_replica.max(1),
             gpus_per_node: pool.gpus_per_node,
@@ -127,12 +139,19 @@ impl Capacity {
         })
     }
 
-    /// Replicas the capacity rule (M/M/c on the wait budget, as Foresight sizes) needs for `rate`.
-    pub fn replicas_for_rate(&self, rate: f64) -> u32 {
+    /// Replicas the capacity rule (G/G/c on the wait budget, as Foresight
+    /// sizes) needs for `rate` arriving with `dispersion`.
+    pub fn replicas_for(&self, rate: f64, dispersion: f64) -> u32 {
         if rate.is_nan() || rate <= 0.0 {
             return 0;
         }
-        crate::sizing::predictive::mmc_replicas(rate, self.requests_per_sec, self.slots, self.wait_budget_secs)
+        let q = Queueing { miss: self.wait_miss, dispersion };
+        crate::sizing::predictive::mmc_replicas(rate, self.requests_per_sec, self.slots, self.wait_budget_secs, q)
+    }
+
+    /// [`Capacity::replicas_for`] with Poisson arrivals.
+    pub fn replicas_for_rate(&self, rate: f64) -> u32 {
+        self.replicas_for(rate, 1.0)
     }
 
     /// Replicas whose slots would hold `queue` waiting requests.
@@ -171,51 +190,6 @@ impl Capacity {
     /// Cold start on a node that has to boot first.
     pub fn cold_start_secs(&self) -> f64 {
         self.node_boot_secs + self.pod_start_secs
-    }
-}
-
-/// The HPA between KEDA's metric and the Deployment (Kubernetes defaults).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HpaConfig {
-    /// Changes within this ratio of the current replicas are ignored.
-    pub tolerance: f64,
-    /// `behavior.scaleDown.stabilizationWindowSeconds`.
-    pub scale_down_window_secs: f64,
-    /// Scale-up limit per decision: the larger of +percent and +pods (default 100% or 4 pods per 15 s).
-    pub scale_up_percent: f64,
-    pub scale_up_pods: u32,
-}
-
-impl Default for HpaConfig {
-    fn default() -> Self {
-        HpaConfig { tolerance: 0.1, scale_down_window_secs: 300.0, scale_up_percent: 100.0, scale_up_pods: 4 }
-    }
-}
-
-/// The HPA's replica calculation for one decision.
-#[derive(Debug, Clone, Default)]
-pub struct Hpa {
-    pub cfg: HpaConfig,
-    stab: Stabiliser,
-}
-
-impl Hpa {
-    pub fn new(cfg: HpaConfig) -> Hpa {
-        Hpa { cfg, stab: Stabiliser::default() }
-    }
-
-    /// Replicas after the HPA's rules, from the current count and what the metric asks for.
-    pub fn step(&mut self, t: f64, current: u32, wanted: u32) -> u32 {
-        let mut rec = wanted;
-        if current > 0 && (f64::from(wanted) / f64::from(current) - 1.0).abs() <= self.cfg.tolerance {
-            rec = current;
-        }
-        let stabilised = self.stab.apply(t, self.cfg.scale_down_window_secs, rec);
-        if current == 0 {
-            return stabilised;
-        }
-        let by_percent = (f64::from(current) * (1.0 + self.cfg.scale_up_percent / 100.0)).ceil() as u32;
-        stabilised.min(by_percent.max(current.saturating_add(self.cfg.scale_up_pods)))
     }
 }
 
@@ -310,6 +284,33 @@ pub struct Run {
     pub timeline: Vec<Minute>,
 }
 
+/// Index of dispersion (variance / mean) of arrival counts; 1 (Poisson)
+/// until there are enough counts to tell.
+pub fn dispersion(counts: &[f64]) -> f64 {
+    if counts.len() < 4 {
+        return 1.0;
+    }
+    let n = counts.len() as f64;
+    let mean = counts.iter().sum::<f64>() / n;
+    if mean.is_nan() || mean <= 0.0 {
+        return 1.0;
+    }
+    let var = counts.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (var / mean).max(1.0)
+}
+
+/// Recorded per-second arrivals in the step [t, t + dt): whole seconds
+/// summed, a step within a second gets its share.
+fn recorded(per_sec: &[f32], t: f64, dt: f64) -> f64 {
+    let (from, to) = (t.floor() as usize, (t + dt).ceil() as usize);
+    let whole: f64 = per_sec.get(from..to.min(per_sec.len())).map_or(0.0, |s| s.iter().map(|c| f64::from(*c)).sum());
+    if dt < 1.0 {
+        whole * dt
+    } else {
+        whole
+    }
+}
+
 /// Simulate `policy` on `demand`. `history` is what the fleet observed
 /// before the window (arrivals per second, one per minute, ending where
 /// `demand` starts); `progress` is called with each finished minute.
@@ -351,6 +352,14 @@ pub fn simulate(
     let mut queued = 0.0f64;
     let mut recent: VecDeque<f64> = VecDeque::with_capacity(window_steps + 1);
     let mut recent_sum = 0.0f64;
+    // Arrivals per poll over the last ten minutes: the burstiness the policies may measure.
+    let polls_kept = ((600.0 / cfg.poll_secs).round() as usize).max(2);
+    let mut per_poll: VecDeque<f64> = VecDeque::with_capacity(polls_kept + 1);
+    let mut since_poll = 0.0f64;
+    // Admissions within the wait budget per poll, the last minute's worth:
+    // what vLLM's queue-time histogram shows.
+    let mut admitted_polls: VecDeque<(f64, f64)> = VecDeque::new();
+    let (mut adm, mut adm_met) = (0.0f64, 0.0f64);
     let (mut met, mut done) = (vec![0.0f64; minutes], vec![0.0f64; minutes]);
     let mut timeline = Vec::with_capacity(minutes);
     let (mut arrived, mut served, mut dropped) = (0.0f64, 0.0f64, 0.0f64);
@@ -374,7 +383,9 @@ pub fn simulate(
 
         // Arrivals.
         let lambda = demand.rate[minute] * dt;
-        let a = if lambda.is_nan() || lambda <= 0.0 {
+        let a = if let Some(rec) = &demand.arrivals {
+            recorded(rec, t, dt)
+        } else if lambda.is_nan() || lambda <= 0.0 {
             0.0
         } else if cfg.poisson {
             Poisson::new(lambda).map_or(lambda, |p| p.sample(&mut rng))
@@ -387,6 +398,7 @@ pub fn simulate(
         }
         arrived += a;
         minute_arrived += a;
+        since_poll += a;
         recent.push_back(a);
         recent_sum += a;
         if recent.len() > window_steps {
@@ -396,7 +408,22 @@ pub fn simulate(
         // Decide.
         let spec = ready + starting.len() as u32 + pending;
         if i % poll_steps == 0 {
+            if i > 0 {
+                per_poll.push_back(since_poll);
+                if per_poll.len() > polls_kept {
+                    per_poll.pop_front();
+                }
+                since_poll = 0.0;
+                admitted_polls.push_back((adm, adm_met));
+                if admitted_polls.len() as f64 * cfg.poll_secs > cfg.rate_window_secs {
+                    admitted_polls.pop_front();
+                }
+                (adm, adm_met) = (0.0, 0.0);
+            }
+            let (a_all, a_met) = admitted_polls.iter().fold((0.0, 0.0), |s, p| (s.0 + p.0, s.1 + p.1));
             let obs = Observation {
+                dispersion: dispersion(per_poll.make_contiguous()),
+                wait_attainment: if a_all > 0.0 { a_met / a_all } else { f64::NAN },
                 t,
                 unix: demand.start as f64 + t,
                 running: busy,
@@ -474,8 +501,10 @@ pub fn simulate(
             let x = front.1.min(free_slots);
             let m = (front.0 / 60.0) as usize;
             done[m] += x;
+            adm += x;
             if t - front.0 <= cap.wait_budget_secs + 1e-9 {
                 met[m] += x;
+                adm_met += x;
             }
             busy += x;
             served += x;

@@ -16,7 +16,10 @@
 use super::{Capacity, Demand};
 use crate::{
     forecast::{auto::Choice, Forecast, Forecaster, ForecasterConfig, Series},
-    sizing::predictive::{self, Stabiliser, Upper},
+    sizing::{
+        headroom::{Headroom, HeadroomConfig},
+        predictive::{self, Stabiliser, Upper},
+    },
     sources::Signal,
 };
 
@@ -33,6 +36,12 @@ pub struct Observation<'a> {
     pub waiting: f64,
     /// Arrivals per second over the rate window (like `rate(...[1m])`).
     pub arrival_rate: f64,
+    /// Index of dispersion of arrivals per poll over the last ten minutes
+    /// (1 for Poisson): what the counter's increments between scrapes show.
+    pub dispersion: f64,
+    /// Share of the requests admitted over the rate window that waited no
+    /// longer than the budget (NaN: none admitted).
+    pub wait_attainment: f64,
     /// The replica count the Deployment has now (ready, starting or pending).
     pub replicas: u32,
     /// Observed arrivals per second, one per whole minute so far (warm-up history first).
@@ -125,8 +134,22 @@ pub struct Oracle {
 
 impl Oracle {
     /// Knows `demand` (the simulated window) and starts replicas `lead_secs` early.
+    /// Recorded arrivals' burstiness is known to it too: per minute, the
+    /// dispersion of 15-second counts over the ten minutes around it.
     pub fn new(demand: &Demand, cap: &Capacity, lead_secs: f64) -> Oracle {
-        let need = demand.rate.iter().map(|r| cap.replicas_for_rate(*r)).collect();
+        let disp: Vec<f64> = match &demand.arrivals {
+            None => vec![1.0; demand.rate.len()],
+            Some(a) => {
+                let counts: Vec<f64> = a.chunks(15).map(|c| c.iter().map(|x| f64::from(*x)).sum()).collect();
+                (0..demand.rate.len())
+                    .map(|m| {
+                        let (from, to) = ((m * 4).saturating_sub(20), (m * 4 + 20).min(counts.len()));
+                        super::dispersion(&counts[from.min(to)..to])
+                    })
+                    .collect()
+            }
+        };
+        let need = demand.rate.iter().zip(&disp).map(|(r, d)| cap.replicas_for(*r, *d)).collect();
         Oracle { need, lead_secs, cap: cap.clone() }
     }
 }
@@ -179,6 +202,8 @@ pub struct PredictiveConfig {
     pub scale_down_window_secs: f64,
     /// How far ahead to size: the profile's cold start.
     pub lookahead_secs: f64,
+    /// Size for the arrivals' measured burstiness (else as if Poisson).
+    pub measure_dispersion: bool,
 }
 
 impl Default for PredictiveConfig {
@@ -191,6 +216,7 @@ impl Default for PredictiveConfig {
             quantile: 0.9,
             scale_down_window_secs: 300.0,
             lookahead_secs: 450.0,
+            measure_dispersion: true,
         }
     }
 }
@@ -203,6 +229,7 @@ pub struct Predictive {
     fit: Option<(f64, Forecast)>,
     selected_at: f64,
     stab: Stabiliser,
+    headroom: Headroom,
     /// Decisions that fell back to the live load (no usable forecast), and refits that failed.
     pub fallbacks: u64,
     pub refits: u64,
@@ -229,6 +256,7 @@ impl Predictive {
             fit: None,
             selected_at: f64::NEG_INFINITY,
             stab: Stabiliser::default(),
+            headroom: Headroom::new(HeadroomConfig { target: 1.0 - cap.wait_miss, ..HeadroomConfig::default() }),
             fallbacks: 0,
             refits: 0,
         })
@@ -275,6 +303,7 @@ impl Policy for Predictive {
             let k = ((o.unix - f.start as f64) / f.step as f64).floor().max(0.0) as usize;
             (k < q.len()).then(|| q[k..].to_vec())
         });
+        let headroom = self.headroom.observe(o.t, o.wait_attainment);
         let cap = &self.cap;
         let live = o.arrival_rate;
         let Some(values) = upper else {
@@ -291,6 +320,11 @@ impl Policy for Predictive {
             per_replica: cap.requests_per_sec,
             slots_per_replica: cap.slots,
             wait_budget_secs: cap.wait_budget_secs,
+            queueing: predictive::Queueing {
+                miss: cap.wait_miss,
+                dispersion: if self.cfg.measure_dispersion { o.dispersion } else { 1.0 },
+            },
+            headroom,
             tokens_per_sec_per_replica: Some(cap.slots / cap.itl_secs),
             forecast: Upper { quantile: self.cfg.quantile, values: &values, step_secs: self.cfg.bucket_secs as f64 },
             lookahead_secs: self.cfg.lookahead_secs,

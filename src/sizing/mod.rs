@@ -6,7 +6,10 @@
 //!   target); the answer until a forecast exists, and the fallback after.
 //! - [`predictive`]: size for an upper forecast quantile over the cold-start
 //!   look-ahead, never below the live load, scale-down stabilised.
+//! - [`headroom`]: a load multiplier learned from the measured queue wait
+//!   against the SLO's target.
 
+pub mod headroom;
 pub mod predictive;
 pub mod profile;
 pub mod reactive;

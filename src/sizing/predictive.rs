@@ -8,11 +8,16 @@
 //! - in-flight requests (`concurrency`, `running`, `queue_depth`): Little's
 //!   law has already turned arrivals into concurrency, so replicas =
 //!   ceil(concurrency / per-replica concurrency at the SLO);
-//! - arrivals (`request_rate`): an M/M/c queue with one server per batch slot
+//! - arrivals (`request_rate`): a G/G/c queue with one server per batch slot
 //!   (replicas x the profile's concurrency), each serving at per_replica /
 //!   slots requests per second; the fewest replicas whose chance of a request
-//!   waiting longer than the profile's queue-wait budget is at most
-//!   [`WAIT_BUDGET_MISS`] (Erlang C);
+//!   waiting longer than the profile's queue-wait budget is at most the
+//!   SLO's allowed miss ([`Queueing`]). The chance of waiting is Erlang C;
+//!   the tail of the wait decays as in M/M/c slowed by the arrivals'
+//!   burstiness (Kingman / Allen-Cunneen: by 2 / (ca^2 + cs^2), with cs^2 =
+//!   1 and ca^2 the arrivals' index of dispersion at the decision's time
+//!   scale). LLM arrivals are often far burstier than Poisson, and a fleet
+//!   sized as if they were queues at every burst;
 //! - anything else (token rates): ceil(rate / per_replica).
 //!
 //! On top, a token-throughput floor when the profile states one and the
@@ -30,8 +35,26 @@ use serde::Serialize;
 use super::{reactive::Bound, Policy};
 use crate::sources::Signal;
 
-/// Share of requests allowed to wait longer than the wait budget.
-pub const WAIT_BUDGET_MISS: f64 = 0.05;
+/// Share of requests allowed to wait longer than the wait budget when no
+/// SLO attainment target is given: a 99% target.
+pub const WAIT_BUDGET_MISS: f64 = 0.01;
+
+/// What the queueing rule sizes for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Queueing {
+    /// Share of requests allowed to wait longer than the wait budget: one
+    /// minus the attainment the SLO is judged by.
+    pub miss: f64,
+    /// Index of dispersion of arrivals (variance / mean of counts at the
+    /// decision's time scale); 1 for Poisson.
+    pub dispersion: f64,
+}
+
+impl Default for Queueing {
+    fn default() -> Self {
+        Queueing { miss: WAIT_BUDGET_MISS, dispersion: 1.0 }
+    }
+}
 
 /// The upper-quantile forecast the decision sizes for.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +80,10 @@ pub struct Input<'a> {
     pub slots_per_replica: f64,
     /// Most a request may wait for a slot (the TTFT budget left after prefill).
     pub wait_budget_secs: f64,
+    pub queueing: Queueing,
+    /// Multiplier on the load sized for, learned from the measured queue
+    /// wait ([`super::headroom`]); 1 when nothing has been missed.
+    pub headroom: f64,
     /// Generated tokens per second one replica sustains at the SLO, if profiled.
     pub tokens_per_sec_per_replica: Option<f64>,
     pub forecast: Upper<'a>,
@@ -98,6 +125,8 @@ pub struct Sizing {
     pub quantile: f64,
     pub live: f64,
     pub live_replicas: u32,
+    /// The learned load multiplier applied to the forecast and the live load.
+    pub headroom: f64,
     pub token_replicas: Option<u32>,
     pub binding: Binding,
     pub active: bool,
@@ -109,7 +138,9 @@ pub fn replicas_for(i: &Input<'_>, load: f64) -> u32 {
         return 0;
     }
     let raw = match i.signal {
-        Signal::RequestRate => return mmc_replicas(load, i.per_replica, i.slots_per_replica, i.wait_budget_secs),
+        Signal::RequestRate => {
+            return mmc_replicas(load, i.per_replica, i.slots_per_replica, i.wait_budget_secs, i.queueing)
+        }
         _ => load / i.per_replica,
     };
     saturate(raw.ceil())
@@ -126,17 +157,20 @@ fn saturate(x: f64) -> u32 {
 }
 
 /// Fewest replicas for arrivals `lambda`/s such that P(wait > budget) <=
-/// [`WAIT_BUDGET_MISS`], with `slots` servers per replica each serving
-/// `rate / slots` requests/s.
-pub fn mmc_replicas(lambda: f64, rate: f64, slots: f64, budget: f64) -> u32 {
+/// `q.miss`, with `slots` servers per replica each serving `rate / slots`
+/// requests/s, and arrivals `q.dispersion` times as variable as Poisson.
+pub fn mmc_replicas(lambda: f64, rate: f64, slots: f64, budget: f64, q: Queueing) -> u32 {
     let slots = slots.max(1.0).floor();
     let mu = rate / slots;
     let a = lambda / mu; // offered load in servers
-                         // Start where utilisation is below 1; never fewer than the plain ratio.
+    let miss = if q.miss.is_finite() { q.miss.clamp(1e-6, 1.0) } else { WAIT_BUDGET_MISS };
+    let decay = 2.0 / (q.dispersion.clamp(0.0, 1e6) + 1.0);
+    let decay = if decay.is_finite() { decay } else { 1.0 };
+    // Start where utilisation is below 1; never fewer than the plain ratio.
     let mut r = saturate((lambda / rate).floor()).max(1);
     loop {
         let c = f64::from(r) * slots;
-        if c > a && erlang_c(c as u64, a) * (-(c * mu - lambda) * budget).exp() <= WAIT_BUDGET_MISS {
+        if c > a && erlang_c(c as u64, a) * (-(c * mu - lambda) * budget * decay).exp() <= miss {
             return r;
         }
         if r >= 1_000_000 {
@@ -182,7 +216,8 @@ pub fn size(i: &Input<'_>) -> Option<Sizing> {
     let window = &f.values[..steps];
     let (peak_k, peak) =
         window.iter().copied().enumerate().fold((0, 0.0f64), |best, (k, v)| if v > best.1 { (k, v) } else { best });
-    let forecast_replicas = replicas_for(i, peak);
+    let k = if i.headroom.is_finite() { i.headroom.max(1.0) } else { 1.0 };
+    let forecast_replicas = replicas_for(i, peak * k);
     // The live signal plus any queue it does not already count. For arrivals,
     // enough extra replicas to drain the backlog within the look-ahead (new
     // replicas cannot help sooner); a slot per waiting request would turn a
@@ -195,7 +230,7 @@ pub fn size(i: &Input<'_>) -> Option<Sizing> {
         (_, Some(q)) if q.is_finite() && q > 0.0 => (q / i.slots_per_replica.max(1.0)).ceil(),
         _ => 0.0,
     };
-    let live_replicas = saturate(f64::from(replicas_for(i, i.live)) + queue_extra);
+    let live_replicas = saturate(f64::from(replicas_for(i, i.live * k)) + queue_extra);
     let token_replicas = match (i.generation_tokens_per_sec, i.tokens_per_sec_per_replica) {
         (Some(t), Some(cap)) if t.is_finite() && t > 0.0 && cap > 0.0 => Some(saturate((t / cap).ceil())),
         _ => None,
@@ -215,7 +250,7 @@ pub fn size(i: &Input<'_>) -> Option<Sizing> {
         .values
         .iter()
         .enumerate()
-        .map(|(k, v)| clamp(if k == 0 { replicas_for(i, *v).max(needed) } else { replicas_for(i, *v) }))
+        .map(|(j, v)| clamp(if j == 0 { replicas_for(i, v * k).max(needed) } else { replicas_for(i, v * k) }))
         .collect();
     let active = i.live > i.activation_threshold || peak > i.activation_threshold;
     Some(Sizing {
@@ -227,6 +262,7 @@ pub fn size(i: &Input<'_>) -> Option<Sizing> {
         quantile: f.quantile,
         live: i.live,
         live_replicas,
+        headroom: k,
         token_replicas,
         binding,
         active,
@@ -284,24 +320,29 @@ impl Stabiliser {
 }
 
 /// Size, clamp and stabilise; the reason names every number used.
+///
+/// Only what the live load asked for is held over the scale-down window:
+/// the forecast part already looks a whole cold start ahead, so capacity it
+/// no longer needs can go at once (it could be back before it is needed).
 pub fn decide(i: &Input<'_>, stab: &mut Stabiliser, now_secs: f64, window_secs: f64, profile: &str) -> Option<Outcome> {
     let s = size(i)?;
-    let (clamped, bound) = if s.needed_replicas > i.max_replicas {
+    let forecast_replicas = replicas_for(i, s.forecast_peak * s.headroom);
+    let live = s.live_replicas.max(s.token_replicas.unwrap_or(0));
+    let held = stab.apply(now_secs, window_secs, live);
+    let needed = s.needed_replicas.max(held).max(forecast_replicas);
+    let (desired, bound) = if needed > i.max_replicas {
         (i.max_replicas, Some(Bound::MaxReplicas))
-    } else if s.needed_replicas < i.min_replicas {
+    } else if needed < i.min_replicas {
         (i.min_replicas, Some(Bound::MinReplicas))
     } else {
-        (s.needed_replicas, None)
+        (needed, None)
     };
-    let desired = stab.apply(now_secs, window_secs, clamped);
-    let binding = if desired > clamped {
-        Binding::Stabilisation
-    } else {
-        match bound {
-            Some(Bound::MaxReplicas) => Binding::MaxReplicas,
-            Some(Bound::MinReplicas) => Binding::MinReplicas,
-            None => s.binding,
-        }
+    let clamped = s.needed_replicas.clamp(i.min_replicas, i.max_replicas.max(i.min_replicas));
+    let binding = match bound {
+        Some(Bound::MaxReplicas) => Binding::MaxReplicas,
+        Some(Bound::MinReplicas) => Binding::MinReplicas,
+        None if needed > s.needed_replicas => Binding::Stabilisation,
+        None => s.binding,
     };
     let mut reason = format!(
         "predictive: p{:.0} forecast of {} peaks at {:.2} in {:.0} s (look-ahead {:.0} s, profile {profile}) -> {} replicas; live {:.2} -> {}",
@@ -310,10 +351,13 @@ pub fn decide(i: &Input<'_>, stab: &mut Stabiliser, now_secs: f64, window_secs: 
         s.forecast_peak,
         s.peak_in_secs,
         i.lookahead_secs,
-        replicas_for(i, s.forecast_peak),
+        replicas_for(i, s.forecast_peak * s.headroom),
         i.live,
         s.live_replicas
     );
+    if s.headroom > 1.0 {
+        reason.push_str(&format!("; loads x{:.2} headroom (queue wait missed its target recently)", s.headroom));
+    }
     if let Some(t) = s.token_replicas {
         reason.push_str(&format!("; tokens -> {t}"));
     }
@@ -322,7 +366,7 @@ pub fn decide(i: &Input<'_>, stab: &mut Stabiliser, now_secs: f64, window_secs: 
         Binding::Live => format!("; live load binds: {desired}"),
         Binding::Tokens => format!("; token throughput binds: {desired}"),
         Binding::Stabilisation => {
-            format!("; holding {desired} (scale-down stabilisation {window_secs:.0} s, would be {clamped})")
+            format!("; holding {desired}, the live load's highest of the last {window_secs:.0} s (would be {clamped})")
         }
         Binding::MaxReplicas => format!("; capped at max_replicas {desired} (needs {})", s.needed_replicas),
         Binding::MinReplicas => format!("; raised to min_replicas {desired}"),
@@ -343,6 +387,8 @@ mod tests {
             per_replica: 32.0,
             slots_per_replica: 32.0,
             wait_budget_secs: 0.5,
+            queueing: Queueing::default(),
+            headroom: 1.0,
             tokens_per_sec_per_replica: None,
             forecast: Upper { quantile: 0.9, values, step_secs: 60.0 },
             lookahead_secs: 300.0,
@@ -414,6 +460,37 @@ mod tests {
         // Many servers stay finite (no factorial overflow).
         let p = erlang_c(10_000, 9_500.0);
         assert!(p.is_finite() && (0.0..1.0).contains(&p));
+    }
+
+    #[test]
+    fn capacity_only_the_forecast_wanted_goes_at_once_and_live_load_is_held() {
+        let mut stab = Stabiliser::default();
+        // The forecast asks for 10, the live load for 4.
+        let i = input(Signal::Concurrency, 120.0, &[300.0; 6]);
+        assert_eq!(decide(&i, &mut stab, 0.0, 300.0, "p").unwrap().desired_replicas, 10);
+        // A minute later the forecast no longer needs them: straight down to what live load holds.
+        let i = input(Signal::Concurrency, 120.0, &[0.0; 6]);
+        assert_eq!(decide(&i, &mut stab, 60.0, 300.0, "p").unwrap().desired_replicas, 4);
+        // Live load falls: its highest of the window is held, and the reason says so.
+        let i = input(Signal::Concurrency, 30.0, &[0.0; 6]);
+        let d = decide(&i, &mut stab, 120.0, 300.0, "p").unwrap();
+        assert_eq!((d.desired_replicas, d.binding), (4, Binding::Stabilisation));
+        assert!(d.reason.contains("holding 4, the live load's highest of the last 300 s"), "{}", d.reason);
+        // And released once the window has passed.
+        assert_eq!(decide(&i, &mut stab, 421.0, 300.0, "p").unwrap().desired_replicas, 1);
+    }
+
+    #[test]
+    fn a_stricter_slo_and_burstier_arrivals_need_more_replicas() {
+        // 30 req/s per replica over 32 slots, 0.25 s budget, 600 req/s.
+        let r = |miss, dispersion| mmc_replicas(600.0, 30.0, 32.0, 0.25, Queueing { miss, dispersion });
+        let poisson_95 = r(0.05, 1.0);
+        let poisson_99 = r(0.01, 1.0);
+        let bursty_99 = r(0.01, 6.0);
+        assert!(poisson_95 >= 20 && poisson_99 >= poisson_95, "{poisson_95} {poisson_99}");
+        assert!(bursty_99 > poisson_99, "{poisson_99} {bursty_99}");
+        // Nonsense in, the default target out (never a panic or a zero).
+        assert_eq!(r(f64::NAN, f64::NAN), r(WAIT_BUDGET_MISS, 1.0));
     }
 
     #[test]

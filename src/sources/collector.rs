@@ -109,7 +109,7 @@ async fn simulated(
     sinks: &Sinks,
     shutdown: &CancellationToken,
 ) -> Result<(), String> {
-    let fleet = Fleet::from_config(c.fleet.clone(), unix(SystemTime::now()))?;
+    let fleet = with_history(w, c, &sinks.store).await?;
     let server = SimServer::start(fleet, IpAddr::V4(Ipv4Addr::LOCALHOST), shutdown.clone())
         .await
         .map_err(|e| format!("starting simulated vLLM pods: {e}"))?;
@@ -123,6 +123,39 @@ async fn simulated(
         model_name: None,
     };
     scrape_loop(w, scrape, sinks, shutdown).await
+}
+
+/// The workload's fleet, started `backfill_secs` ago and run to now off the
+/// async workers, its readings on the way written into the store as history.
+async fn with_history(w: &Workload, c: &SimulatedConfig, store: &Arc<Store>) -> Result<Fleet, String> {
+    let res = store.resolution();
+    // The past starts on a bucket boundary, so each reading fills one bucket.
+    let now = unix(SystemTime::now());
+    let from = if c.backfill_secs > 0.0 {
+        super::simulated::bucket_start(UNIX_EPOCH + Duration::from_secs_f64(now - c.backfill_secs), res)
+    } else {
+        now
+    };
+    let mut fleet = Fleet::from_config(c.fleet.clone(), from)?;
+    if c.backfill_secs <= 0.0 {
+        return Ok(fleet);
+    }
+    let (key, signals, store) = (w.key(), w.signals.clone(), store.clone());
+    tokio::task::spawn_blocking(move || {
+        let history = super::simulated::history(&mut fleet, from, now, res.as_secs_f64());
+        let start = UNIX_EPOCH + Duration::from_secs_f64(from);
+        for s in &signals {
+            let values: Vec<f64> = history.iter().map(|h| h.get(*s).unwrap_or(f64::NAN)).collect();
+            // Gaps only: what the store already holds for these buckets wins.
+            if let Err(e) = store.backfill(&series(&key, *s), start, &values) {
+                warn!(workload = %key, signal = %s, error = %e, "writing simulated history failed");
+            }
+        }
+        info!(workload = %key, buckets = history.len(), secs = now - from, "backfilled the simulated fleet's past");
+        fleet
+    })
+    .await
+    .map_err(|e| format!("computing simulated history: {e}"))
 }
 
 async fn prometheus_loop(

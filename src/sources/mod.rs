@@ -14,6 +14,7 @@ pub mod exposition;
 pub mod health;
 pub mod prometheus;
 pub mod scrape;
+mod simulated;
 pub mod vllm;
 
 use std::{collections::BTreeMap, fmt, time::Duration};
@@ -185,6 +186,11 @@ pub struct SimulatedConfig {
     pub fleet: crate::vllm_sim::SimConfig,
     #[serde(default = "default_sim_interval_secs")]
     pub interval_secs: f64,
+    /// Seconds of the fleet's past written into the store at start (gaps
+    /// only: recorded history wins). The fleet is a function of time, so its
+    /// past is computed, and its pods start already serving that past's load.
+    #[serde(default)]
+    pub backfill_secs: f64,
 }
 
 fn default_sim_interval_secs() -> f64 {
@@ -211,6 +217,10 @@ impl SourceConfig {
                 let mut p: Vec<(&str, String)> = Vec::new();
                 if !(0.1..=3600.0).contains(&c.interval_secs) {
                     p.push(("interval_secs", format!("must be within 0.1..=3600, got {}", c.interval_secs)));
+                }
+                // Computed at start, a request at a time: two weeks at demo rates take seconds.
+                if !(0.0..=1_209_600.0).contains(&c.backfill_secs) {
+                    p.push(("backfill_secs", format!("must be within 0..=1209600 (14 days), got {}", c.backfill_secs)));
                 }
                 let mut out: Vec<(String, String)> =
                     p.into_iter().map(|(f, m)| (format!("simulated.{f}"), m)).collect();
