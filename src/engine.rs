@@ -25,6 +25,7 @@ use crate::{
     config::{ForecastSettings, Settings, SizingSettings, Workload},
     refit::{ForecastView, Refitter},
     sizing::{
+        headroom::{Headroom, HeadroomConfig},
         predictive::{self, Stabiliser, Upper},
         reactive::{self, Decision},
         Policy,
@@ -43,6 +44,10 @@ struct Slot {
     state: WorkloadState,
     /// Scale-down stabilisation of predictive decisions.
     stabiliser: Stabiliser,
+    /// The load multiplier learned from measured queue waits, and when the
+    /// queue-wait reading it last took in was made.
+    headroom: Headroom,
+    wait_seen: Option<SystemTime>,
     /// The id of this workload's refit that is queued or running.
     refit_pending: Option<u64>,
     /// When the next refit is due.
@@ -66,6 +71,13 @@ pub struct Engine {
     /// What the collectors say about their sources.
     health: Arc<SourceHealth>,
 }
+
+/// vLLM's `request_queue_time_seconds` buckets start at 0.3 s. With every
+/// wait inside that bucket a quantile interpolates to at most 0.99 x 0.3 s,
+/// so a p99 above it proves more than 1% waited longer, and a p99 below it
+/// proves nothing finer: a tighter budget is checked at 0.3 s. (TTFT is
+/// finer-grained but counts prefill, which more replicas do not shorten.)
+const QUEUE_TIME_FIRST_BUCKET_SECS: f64 = 0.3;
 
 /// A refit that gave no forecast (no history yet, say) is tried again this soon,
 /// or at the refit interval if that is shorter. A fit that fails for want of
@@ -134,6 +146,8 @@ impl Engine {
                     workload: w.clone(),
                     state: WorkloadState::new(w),
                     stabiliser: Stabiliser::default(),
+                    headroom: Headroom::new(HeadroomConfig::default()),
+                    wait_seen: None,
                     refit_pending: None,
                     refit_due: None,
                 },
@@ -159,6 +173,15 @@ impl Engine {
                 }
             }
             slot.state.source = self.health.get(&key);
+            // The fast correction: each new p99 queue wait past the profile's wait budget means
+            // more than the SLO's 1% waited too long, so the loads sized for are raised at once.
+            if let Some((p99, at)) = self.store.latest(&series(&key, Signal::QueueWaitP99)) {
+                if slot.wait_seen != Some(at) && p99.is_finite() {
+                    slot.wait_seen = Some(at);
+                    let late = p99 > w.profile.wait_budget_secs().max(QUEUE_TIME_FIRST_BUCKET_SECS);
+                    slot.headroom.observe(unix(at), if late { 0.0 } else { 1.0 });
+                }
+            }
             // What the source knows about a missing target signal, once it has been missing as long as
             // it takes to go stale.
             let cause = slot
@@ -186,7 +209,10 @@ impl Engine {
                         Err(no) => Err(format!("{why}; {no}")),
                     }
                 }
-                Some(r) => decide(w, &slot.state, r.value, &self.sizing, &mut slot.stabiliser, now),
+                Some(r) => {
+                    let headroom = slot.headroom.factor();
+                    decide(w, &slot.state, r.value, &self.sizing, &mut slot.stabiliser, headroom, now)
+                }
             };
             if forecast_only != slot.state.forecast_only {
                 if forecast_only {
@@ -417,6 +443,7 @@ fn decide(
     live: f64,
     sizing: &SizingSettings,
     stab: &mut Stabiliser,
+    headroom: f64,
     now: SystemTime,
 ) -> Result<Decision, String> {
     let reactive = || reactive_decision(w, live);
@@ -433,6 +460,7 @@ fn decide(
                 let reading = |s: Signal| state.signals.get(&s).map(|r| r.value);
                 let mut input = predictive_input(w, sizing, f, values);
                 input.live = live;
+                input.headroom = headroom;
                 input.queue = reading(Signal::QueueDepth);
                 input.generation_tokens_per_sec = reading(Signal::GenerationTokensRate);
                 match predictive::decide(&input, stab, now_secs, window, &w.profile.name) {

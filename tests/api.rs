@@ -265,3 +265,31 @@ async fn shadow_mode_tells_keda_the_reactive_answer_and_reports_the_forecast() {
     assert!(text.contains(r#"foresight_decision_info{namespace="inference",workload="llama-8b",policy="predictive","#));
     assert!(text.contains(r#"mode="shadow"} 1"#), "{text}");
 }
+
+/// The fast correction in `serve`: a p99 queue wait past the profile's
+/// budget (vLLM's `request_queue_time_seconds`) raises what the predictive
+/// policy sizes for at that tick, and the reason says so; waits within the
+/// budget leave the answer alone.
+#[tokio::test]
+async fn queue_waits_past_the_budget_raise_the_answer_at_once() {
+    let (registry, store, mut engine, now) = forecast_ready(|y| y);
+    let decision = || registry.load().get(common::KEY).unwrap().decision.clone().unwrap();
+    let (wait, conc) = (format!("{}/queue_wait_p99", common::KEY), format!("{}/concurrency", common::KEY));
+    let load = store.latest(&conc).unwrap().0;
+    let poll = |at: SystemTime, p99: f64, engine: &mut Engine| {
+        store.set_latest(&conc, at, load);
+        store.set_latest(&wait, at, p99);
+        engine.tick(at);
+    };
+    let t = |s: u64| now + std::time::Duration::from_secs(s);
+    poll(t(1), 0.05, &mut engine);
+    let calm = decision();
+    assert!(!calm.reason.contains("headroom"), "{}", calm.reason);
+    // Three polls in which more than 1% waited 2 s: x1.2 each, at once.
+    for s in 2..5 {
+        poll(t(s), 2.0, &mut engine);
+    }
+    let raised = decision();
+    assert!(raised.desired_replicas > calm.desired_replicas, "{} -> {}", calm.reason, raised.reason);
+    assert!(raised.reason.contains("loads x1.73 headroom"), "{}", raised.reason);
+}

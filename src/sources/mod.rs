@@ -102,13 +102,15 @@ impl Signal {
     ];
 
     /// What a workload records when its config names no signals: the demand
-    /// signals forecasting uses. Latency quantiles are opt-in.
-    pub const DEFAULT: [Signal; 5] = [
+    /// signals forecasting uses, and the p99 queue wait the predictive
+    /// policy corrects its headroom from. Other latency quantiles are opt-in.
+    pub const DEFAULT: [Signal; 6] = [
         Signal::Concurrency,
         Signal::QueueDepth,
         Signal::RequestRate,
         Signal::PromptTokensRate,
         Signal::GenerationTokensRate,
+        Signal::QueueWaitP99,
     ];
 
     pub fn as_str(self) -> &'static str {
