@@ -14,8 +14,8 @@ use crate::{
     config::load_profile,
     sim::{
         self,
-        policy::{Oracle, Policy, Predictive, PredictiveConfig, Reactive, ReactiveSignal, Static},
-        Capacity, Demand, HpaConfig, Pool, Run, SimConfig, Synthetic, TokenMix,
+        policy::{Policy, Predictive, PredictiveConfig, Reactive, ReactiveSignal, Static},
+        Capacity, Demand, HpaConfig, Oracle, Pool, Run, SimConfig, Synthetic, TokenMix,
     },
     vllm_sim::demand::load_trace,
 };
@@ -197,7 +197,7 @@ pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<
             // Foresight stabilises scale-down itself, so its ScaledObject sets the
             // HPA's window to 0 (deploy/keda/scaledobject.yaml).
             PolicyName::Predictive => continue,
-            PolicyName::Oracle => (Box::new(Oracle::new(&window, &cap, cap.cold_start_secs())), cfg.clone()),
+            PolicyName::Oracle => (Box::new(Oracle::new(&window, &cap, &cfg, cap.cold_start_secs())), cfg.clone()),
         };
         policies.push(p);
     }

@@ -31,19 +31,21 @@
 //! Conservation holds at every step: arrived = admitted + dropped + queued.
 
 pub mod demand;
+mod fluid;
 mod hpa;
+mod oracle;
 pub mod policy;
 pub mod servegen;
 
 use std::collections::VecDeque;
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, Poisson};
+use fluid::{Arrivals, Event, Queue};
+
 use serde::Serialize;
 
 pub use demand::{Demand, Synthetic, TokenMix};
 pub use hpa::{Hpa, HpaConfig};
+pub use oracle::Oracle;
 pub use policy::{Decision, Observation, Policy};
 
 use crate::sizing::{
@@ -299,18 +301,6 @@ pub fn dispersion(counts: &[f64]) -> f64 {
     (var / mean).max(1.0)
 }
 
-/// Recorded per-second arrivals in the step [t, t + dt): whole seconds
-/// summed, a step within a second gets its share.
-fn recorded(per_sec: &[f32], t: f64, dt: f64) -> f64 {
-    let (from, to) = (t.floor() as usize, (t + dt).ceil() as usize);
-    let whole: f64 = per_sec.get(from..to.min(per_sec.len())).map_or(0.0, |s| s.iter().map(|c| f64::from(*c)).sum());
-    if dt < 1.0 {
-        whole * dt
-    } else {
-        whole
-    }
-}
-
 /// Simulate `policy` on `demand`. `history` is what the fleet observed
 /// before the window (arrivals per second, one per minute, ending where
 /// `demand` starts); `progress` is called with each finished minute.
@@ -334,7 +324,7 @@ pub fn simulate(
     let poll_steps = (cfg.poll_secs / dt).round().max(1.0) as usize;
     let window_steps = (cfg.rate_window_secs / dt).round().max(1.0) as usize;
     let minutes = demand.minutes();
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut arrivals = Arrivals::new(cfg);
     let mut hpa = cfg.hpa.clone().filter(|_| policy.via_hpa()).map(Hpa::new);
     let mut node_stab = Stabiliser::default();
 
@@ -347,9 +337,7 @@ pub fn simulate(
     let mut booting: Vec<f64> = Vec::new();
     let mut pending = 0u32;
     let mut warm = 0u32;
-    let mut busy = 0.0f64;
-    let mut queue: VecDeque<(f64, f64)> = VecDeque::new();
-    let mut queued = 0.0f64;
+    let mut queue = Queue::default();
     let mut recent: VecDeque<f64> = VecDeque::with_capacity(window_steps + 1);
     let mut recent_sum = 0.0f64;
     // Arrivals per poll over the last ten minutes: the burstiness the policies may measure.
@@ -382,20 +370,8 @@ pub fn simulate(
         let minute = i / steps_per_min;
 
         // Arrivals.
-        let lambda = demand.rate[minute] * dt;
-        let a = if let Some(rec) = &demand.arrivals {
-            recorded(rec, t, dt)
-        } else if lambda.is_nan() || lambda <= 0.0 {
-            0.0
-        } else if cfg.poisson {
-            Poisson::new(lambda).map_or(lambda, |p| p.sample(&mut rng))
-        } else {
-            lambda
-        };
-        if a > 0.0 {
-            queue.push_back((t, a));
-            queued += a;
-        }
+        let a = arrivals.next(demand, minute, t, dt);
+        queue.arrive(t, a);
         arrived += a;
         minute_arrived += a;
         since_poll += a;
@@ -426,8 +402,8 @@ pub fn simulate(
                 wait_attainment: if a_all > 0.0 { a_met / a_all } else { f64::NAN },
                 t,
                 unix: demand.start as f64 + t,
-                running: busy,
-                waiting: queued,
+                running: queue.busy,
+                waiting: queue.queued,
                 arrival_rate: recent_sum.max(0.0) / (recent.len() as f64 * dt),
                 replicas: spec,
                 history: &history,
@@ -494,51 +470,30 @@ pub fn simulate(
         });
 
         // Service: slots drain, then the queue is admitted in arrival order.
-        busy -= busy * completion;
-        let mut free_slots = (f64::from(ready) * cap.slots - busy).max(0.0);
-        while free_slots > 1e-12 {
-            let Some(front) = queue.front_mut() else { break };
-            let x = front.1.min(free_slots);
-            let m = (front.0 / 60.0) as usize;
-            done[m] += x;
-            adm += x;
-            if t - front.0 <= cap.wait_budget_secs + 1e-9 {
-                met[m] += x;
-                adm_met += x;
+        queue.step(t, f64::from(ready) * cap.slots, completion, cap.wait_budget_secs, cfg.max_wait_secs, |e| match e {
+            Event::Admitted { at, n, in_budget } => {
+                let m = (at / 60.0) as usize;
+                done[m] += n;
+                adm += n;
+                if in_budget {
+                    met[m] += n;
+                    adm_met += n;
+                }
+                served += n;
+                minute_served += n;
             }
-            busy += x;
-            served += x;
-            minute_served += x;
-            queued -= x;
-            free_slots -= x;
-            front.1 -= x;
-            if front.1 <= 1e-12 {
-                queued -= front.1;
-                served += front.1;
-                minute_served += front.1;
-                done[m] += front.1;
-                queue.pop_front();
+            Event::Dropped { at, n } => {
+                done[(at / 60.0) as usize] += n;
+                dropped += n;
+                minute_dropped += n;
             }
-        }
-        while let Some(&(at, n)) = queue.front() {
-            if t - at <= cfg.max_wait_secs {
-                break;
-            }
-            done[(at / 60.0) as usize] += n;
-            dropped += n;
-            minute_dropped += n;
-            queued -= n;
-            queue.pop_front();
-        }
-        if queue.is_empty() {
-            queued = 0.0;
-        }
-        peak_queue = peak_queue.max(queued);
+        });
+        peak_queue = peak_queue.max(queue.queued);
 
         // Accounting.
         let nodes = nodes_ready + booting.len() as u32;
         let gpus = f64::from(nodes * cap.gpus_per_node);
-        let util = if ready > 0 { (busy / (f64::from(ready) * cap.slots)).min(1.0) } else { 0.0 };
+        let util = if ready > 0 { (queue.busy / (f64::from(ready) * cap.slots)).min(1.0) } else { 0.0 };
         gpu_secs += gpus * dt;
         idle_secs += (gpus - f64::from(ready * cap.gpus_per_replica) * util).max(0.0) * dt;
         reserved_cost += f64::from(pool.reserved_nodes) * pool.reserved_price_per_node_hour * dt / 3600.0;
@@ -557,7 +512,7 @@ pub fn simulate(
                 replicas: spec,
                 ready_replicas: ready,
                 nodes,
-                queue: queued,
+                queue: queue.queued,
                 attainment: f64::NAN,
                 arrived: minute_arrived,
                 served: minute_served,
@@ -593,7 +548,7 @@ pub fn simulate(
         arrived,
         served,
         dropped,
-        queued: queue.iter().map(|c| c.1).sum(),
+        queued: queue.left(),
         mean_replicas: if secs > 0.0 { replica_secs / secs } else { 0.0 },
         max_replicas,
     };

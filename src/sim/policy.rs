@@ -1,6 +1,6 @@
 //! The policies the simulator compares. Each sees an [`Observation`] of the
-//! fleet's past and present only; the oracle alone is built with the demand
-//! itself, which is what makes it an oracle.
+//! fleet's past and present only. The oracle, which is built with the
+//! demand itself, is in [`super::oracle`].
 //!
 //! - [`Static`]: a fixed fleet sized for the trace's peak.
 //! - [`Reactive`]: a KEDA threshold trigger through the HPA: desired =
@@ -9,8 +9,6 @@
 //! - [`Predictive`]: Foresight's own decision code, unchanged: the
 //!   forecaster refitted on the observed history, then
 //!   [`crate::sizing::predictive::decide`] on the p90 over the cold start.
-//! - [`Oracle`]: the capacity rule applied to the true future rate over the
-//!   cold start; a lower bound on cost at full SLO for that rule.
 //! - [`Fixed`]: a given replica schedule, for testing the physics.
 
 use super::{Capacity, Demand};
@@ -121,54 +119,6 @@ impl Policy for Reactive {
             ReactiveSignal::RequestRate => self.cap.replicas_for_rate(o.arrival_rate),
         };
         Decision { replicas: want.clamp(self.cap.min_replicas, self.cap.max_replicas), warm_nodes: 0 }
-    }
-}
-
-/// Perfect foresight of the expected rate.
-pub struct Oracle {
-    /// Replicas the capacity rule needs in each minute.
-    need: Vec<u32>,
-    lead_secs: f64,
-    cap: Capacity,
-}
-
-impl Oracle {
-    /// Knows `demand` (the simulated window) and starts replicas `lead_secs` early.
-    /// Recorded arrivals' burstiness is known to it too: per minute, the
-    /// dispersion of 15-second counts over the ten minutes around it.
-    pub fn new(demand: &Demand, cap: &Capacity, lead_secs: f64) -> Oracle {
-        let disp: Vec<f64> = match &demand.arrivals {
-            None => vec![1.0; demand.rate.len()],
-            Some(a) => {
-                let counts: Vec<f64> = a.chunks(15).map(|c| c.iter().map(|x| f64::from(*x)).sum()).collect();
-                (0..demand.rate.len())
-                    .map(|m| {
-                        let (from, to) = ((m * 4).saturating_sub(20), (m * 4 + 20).min(counts.len()));
-                        super::dispersion(&counts[from.min(to)..to])
-                    })
-                    .collect()
-            }
-        };
-        let need = demand.rate.iter().zip(&disp).map(|(r, d)| cap.replicas_for(*r, *d)).collect();
-        Oracle { need, lead_secs, cap: cap.clone() }
-    }
-}
-
-impl Policy for Oracle {
-    fn name(&self) -> String {
-        "oracle".into()
-    }
-    fn decide(&mut self, o: &Observation<'_>) -> Decision {
-        let from = (o.t / 60.0) as usize;
-        let to = ((o.t + self.lead_secs) / 60.0) as usize;
-        let peak = self
-            .need
-            .get(from..=to.min(self.need.len().saturating_sub(1)))
-            .map_or(0, |w| w.iter().copied().max().unwrap_or(0));
-        Decision { replicas: peak.clamp(self.cap.min_replicas, self.cap.max_replicas), warm_nodes: 0 }
-    }
-    fn via_hpa(&self) -> bool {
-        false
     }
 }
 
