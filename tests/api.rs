@@ -2,7 +2,7 @@
 //! every endpoint, its errors, and every response checked against the
 //! OpenAPI document the server itself serves.
 
-mod common;
+use crate::common;
 
 use std::{
     path::Path,
@@ -68,7 +68,7 @@ async fn workloads_lists_every_decision_with_its_reason() {
     assert!(chrono::DateTime::parse_from_rfc3339(at).is_ok(), "{at}");
 }
 
-use common::{forecast_ready, KEY};
+use crate::common::{forecast_ready, KEY};
 
 /// The response schema the OpenAPI document gives for `path` and `status`,
 /// with the document's components so its `$ref`s resolve.

@@ -6,7 +6,7 @@
 //! The bound: greedy cost <= 2 x optimum + (nodes per replica - 1) x the
 //! dearest node, and the packer places everything whenever any placement
 //! exists. Measured with `FORESIGHT_PROP_CASES=400000 cargo test --release
-//! --test capacity -- --nocapture`: 152,789 of 400,000 cases placeable in
+//! --test it capacity:: -- --nocapture`: 152,789 of 400,000 cases placeable in
 //! full, all placed; greedy above the optimum in 773 of those (0.5%), worst 2.0x. The
 //! 2x cases are first-fit's blind spot (two TP-2 replicas fill a 4-GPU node
 //! and a TP-1 then opens a second node, where one 8-GPU node held all three).

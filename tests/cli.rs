@@ -1,9 +1,7 @@
 //! The command line as a user meets it: `--help`, `check-config` on good and
 //! bad files, and `serve` refusing to start on a bad config.
 
-mod common;
-
-use common::run;
+use crate::common::run;
 
 fn check(yaml: &str) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();

@@ -6,11 +6,11 @@
 //! `fallback` applies. GetMetricSpec answers throughout, and a metric says
 //! which state each workload is in.
 
-mod common;
+use crate::common;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use common::KEY;
+use crate::common::KEY;
 use foresight::{
     api::metrics::Exposition,
     proto::{external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef},

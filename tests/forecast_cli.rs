@@ -1,11 +1,9 @@
 //! `foresight backtest` and `foresight forecast` as a user runs them: on a
 //! CSV export, with files for notebooks, and clear errors on bad input.
 
-mod common;
-
 use std::path::Path;
 
-use common::run;
+use crate::common::run;
 
 /// `foresight CMD --csv CSV` on the `time,requests` columns of [`write_csv`], then `rest`.
 fn run_on(cmd: &str, csv: &str, rest: &[&str]) -> (i32, String, String) {

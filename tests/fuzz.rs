@@ -4,7 +4,7 @@
 //! has its own in tests/exposition.rs.) `FORESIGHT_FUZZ_CASES` sets the cases
 //! per property (default 1000); `scripts/fuzz` runs a million of each.
 
-mod common;
+use crate::common;
 
 use std::{path::Path, time::SystemTime};
 

@@ -7,7 +7,7 @@
 //! history, show it. (The scale-down hold is the one piece of per-replica
 //! memory; README "High availability" says how to run with it.)
 
-mod common;
+use crate::common;
 
 use std::{
     collections::HashMap,
@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Server, KEY};
+use crate::common::{Server, KEY};
 use foresight::{
     config::Settings,
     engine::Engine,

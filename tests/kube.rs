@@ -25,7 +25,7 @@ use foresight::{
 };
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 
 const TOKEN: &str = "fixture-token-3b9e";
 

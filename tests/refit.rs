@@ -2,7 +2,7 @@
 //! background and published with the workload's state, without holding up
 //! the tick or the reactive decision.
 
-mod common;
+use crate::common;
 
 use std::{
     path::Path,

@@ -3,7 +3,7 @@
 //! to the last flush it logged is intact, unchanged by the restarts, and
 //! readable with `foresight history`; a graceful stop then flushes the rest.
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,
@@ -219,8 +219,8 @@ fn kill_9_keeps_history_through_the_last_flush() {
 /// recorded meanwhile is on disk.
 #[test]
 fn a_full_disk_loses_no_history_once_space_returns() {
-    if Command::new("prlimit").arg("--version").output().is_err() {
-        panic!("prlimit (util-linux) is needed for this test");
+    if !common::tools::have("restart", &[common::tools::PRLIMIT]) {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("history.redb");

@@ -2,7 +2,7 @@
 //! against `scaler::serve`, with the registry driven directly so stream
 //! transitions can be pinned exactly.
 
-mod common;
+use crate::common;
 
 use std::{collections::HashMap, path::Path, sync::Arc, time::Duration};
 

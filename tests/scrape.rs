@@ -21,7 +21,7 @@
 //! landing on the other side of a few-ms offset moves a 0.5 s prompt rate
 //! by 20k tokens/s).
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,

@@ -3,11 +3,11 @@
 //! the logs), and the gRPC request size limit. (TLS and mTLS on the gRPC port
 //! are in tests/serve.rs.)
 
-mod common;
+use crate::common;
 
 use std::{collections::HashMap, path::Path};
 
-use common::Server;
+use crate::common::Server;
 use foresight::proto::{external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef};
 
 const TOKEN: &str = "t0ken-that-must-never-be-logged-5f2c";

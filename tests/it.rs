@@ -1,0 +1,34 @@
+//! The integration tests, one binary so the crate and its dependencies are
+//! linked once. Each module is one area; `cargo test --test it <module>::`
+//! runs one. Tests that need programs from outside the crate (Prometheus,
+//! VictoriaMetrics, Chromium and node, prlimit, the vLLM fixture's venv)
+//! skip with a message when those are missing; `scripts/test` installs
+//! them and sets `FORESIGHT_REQUIRE_TOOLS=1`, which turns a skip into a
+//! failure, so CI never passes by skipping.
+
+mod common;
+
+mod api;
+mod capacity;
+mod cli;
+mod deploy;
+mod exposition;
+mod faults;
+mod forecast;
+mod forecast_cli;
+mod fuzz;
+mod grafana;
+mod ha;
+mod kube;
+mod prometheus;
+mod refit;
+mod restart;
+mod scaler;
+mod scrape;
+mod security;
+mod serve;
+mod signals;
+mod sim;
+mod store;
+mod ui;
+mod vllm_real;
