@@ -15,14 +15,14 @@ use std::{
 
 use foresight::{
     config::Settings,
-    engine::Engine,
     proto::{
         external_scaler_client::ExternalScalerClient,
         external_scaler_server::{ExternalScaler, ExternalScalerServer},
         GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricValue, ScaledObjectRef,
     },
     scaler,
-    state::Registry,
+    serve::engine::Engine,
+    serve::state::Registry,
 };
 use hdrhistogram::Histogram;
 use tokio_stream::wrappers::TcpListenerStream;

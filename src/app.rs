@@ -11,13 +11,13 @@ use tracing::{debug, error, info, warn};
 
 use crate::{
     config::Settings,
-    engine::Engine,
     scaler,
-    sources::{
+    serve::{
         collector::{Collectors, Sinks},
-        health::SourceHealth,
+        engine::Engine,
+        state::Registry,
     },
-    state::Registry,
+    sources::health::SourceHealth,
     store::{Store, StoreConfig},
 };
 
@@ -224,7 +224,7 @@ async fn serve_https(
 /// and is tried again; it never stops the scaler.
 async fn cluster_loop(
     mut settings: tokio::sync::watch::Receiver<Settings>,
-    registry: Arc<crate::state::Registry>,
+    registry: Arc<crate::serve::state::Registry>,
     views: tokio::sync::watch::Sender<Option<Arc<crate::cluster::ClusterView>>>,
     shutdown: CancellationToken,
 ) {
@@ -303,7 +303,7 @@ async fn cluster_loop(
 
 /// The first plan the control loop publishes with `view`, waiting at most `limit`.
 async fn plan_with(
-    registry: &crate::state::Registry,
+    registry: &crate::serve::state::Registry,
     view: &Arc<crate::cluster::ClusterView>,
     limit: Duration,
     shutdown: &CancellationToken,

@@ -14,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::Settings,
-    sources::collector::series,
     store::{Store, StoreConfig},
     vllm_sim::{render, server::SimServer, Fleet, SimConfig},
+    workload::series,
 };
 
 /// Print a workload's stored history as CSV (`timestamp,value`, RFC 3339,

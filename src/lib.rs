@@ -15,18 +15,17 @@ pub mod cli_sim;
 pub mod cli_tools;
 pub mod cluster;
 pub mod config;
-pub mod engine;
 pub mod forecast;
-pub mod refit;
 pub mod scaler;
+pub mod serve;
 pub mod sim;
 pub mod sizing;
 pub mod sources;
-pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod time;
 pub mod vllm_sim;
+pub mod workload;
 
 /// Code generated from `proto/externalscaler.proto`.
 pub mod proto {

@@ -14,7 +14,12 @@ use axum::{
     body::Body,
     http::{Request, StatusCode},
 };
-use foresight::{api, config::Settings, engine::Engine, state::Registry, store::Store};
+use foresight::{
+    api,
+    config::Settings,
+    serve::{engine::Engine, state::Registry},
+    store::Store,
+};
 use serde_json::Value;
 use tower::ServiceExt;
 

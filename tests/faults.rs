@@ -15,7 +15,7 @@ use foresight::{
     api::metrics::Exposition,
     proto::{external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef},
     scaler,
-    state::Registry,
+    serve::state::Registry,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -116,7 +116,7 @@ async fn with_no_bridge_or_no_forecast_a_stale_signal_gets_no_answer_at_once() {
         foresight::config::Settings::from_yaml(&common::known_answers(), "t", std::path::Path::new(".")).unwrap();
     let store = common::store_with_known_readings();
     let registry = Registry::new();
-    let mut engine = foresight::engine::Engine::new(&settings, registry.clone(), store);
+    let mut engine = foresight::serve::engine::Engine::new(&settings, registry.clone(), store);
     let t = std::time::SystemTime::now();
     engine.tick(t);
     assert!(registry.load().get(KEY).unwrap().decision.is_some());
@@ -180,8 +180,8 @@ async fn prometheus_restarting_mid_backfill_loses_no_history_and_writes_no_zeros
     let settings = foresight::config::Settings::from_yaml(&yaml, "t", std::path::Path::new(".")).unwrap();
     let store = Arc::new(foresight::store::Store::open(Default::default()).unwrap());
     let shutdown = CancellationToken::new();
-    let mut collectors = foresight::sources::collector::Collectors::default();
-    let sinks = foresight::sources::collector::Sinks { store: store.clone(), health: Arc::default() };
+    let mut collectors = foresight::serve::collector::Collectors::default();
+    let sinks = foresight::serve::collector::Sinks { store: store.clone(), health: Arc::default() };
     collectors.apply(&settings.workloads, &sinks, &shutdown);
 
     // Every complete minute of the last day, including those the failed calls covered.

@@ -12,7 +12,7 @@ use axum::{body::Body, http::Request};
 use foresight::{
     api,
     config::{HttpSettings, Secret, Settings, DEMO_CONFIG},
-    engine::Engine,
+    serve::engine::Engine,
 };
 use proptest::prelude::*;
 use tower::ServiceExt;
@@ -144,7 +144,7 @@ fn api() -> &'static Api {
     API.get_or_init(|| {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let settings = Settings::from_yaml(&common::known_answers(), "test", Path::new(".")).unwrap();
-        let (registry, store) = (foresight::state::Registry::new(), common::store_with_known_readings());
+        let (registry, store) = (foresight::serve::state::Registry::new(), common::store_with_known_readings());
         rt.block_on(async { Engine::new(&settings, registry.clone(), store.clone()).tick(SystemTime::now()) });
         let http = HttpSettings { bearer_token: Some(Secret::new(TOKEN)), max_in_flight: 64, ..settings.http.clone() };
         let app = api::guard::guard(api::router(registry, store), &http);

@@ -19,9 +19,9 @@ use std::{
 use crate::common::{Server, KEY};
 use foresight::{
     config::Settings,
-    engine::Engine,
     proto::{external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef},
-    state::Registry,
+    serve::engine::Engine,
+    serve::state::Registry,
     store::Store,
 };
 

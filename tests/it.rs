@@ -20,6 +20,7 @@ mod fuzz;
 mod grafana;
 mod ha;
 mod kube;
+mod layout;
 mod prometheus;
 mod refit;
 mod restart;

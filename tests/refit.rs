@@ -12,9 +12,9 @@ use std::{
 
 use foresight::{
     config::Settings,
-    engine::Engine,
     forecast::Regime,
-    state::{Registry, WorkloadState},
+    serve::engine::Engine,
+    serve::state::{Registry, WorkloadState},
     store::Store,
 };
 

@@ -8,10 +8,10 @@ use std::{collections::HashMap, path::Path, sync::Arc, time::Duration};
 
 use foresight::{
     config::Settings,
-    engine::Engine,
     proto::{external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef},
     scaler,
-    state::{Registry, WorkloadState},
+    serve::engine::Engine,
+    serve::state::{Registry, WorkloadState},
 };
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -384,10 +384,10 @@ async fn balloon_triggers_get_clear_errors() {
     let pools = snap
         .pools()
         .into_iter()
-        .map(|p| foresight::state::PoolState {
+        .map(|p| foresight::serve::state::PoolState {
             plan: None,
             capacity_buffer_replicas: None,
-            ..foresight::state::PoolState::clone(p)
+            ..foresight::serve::state::PoolState::clone(p)
         })
         .collect();
     h.registry.publish_all(states, pools, None, true);

@@ -8,7 +8,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use foresight::{config::Settings, engine::Engine, state::Registry, vllm_sim};
+use foresight::{
+    config::Settings,
+    serve::{engine::Engine, state::Registry},
+    vllm_sim,
+};
 
 #[test]
 fn a_stale_reading_gives_no_decision_and_a_fresh_one_does() {

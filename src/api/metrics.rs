@@ -18,7 +18,7 @@ use prometheus_client::{
 };
 
 use super::ApiState;
-use crate::state::{Registry, Snapshot};
+use crate::serve::state::{Registry, Snapshot};
 
 /// Horizons the forecast is exposed at, where the forecast reaches.
 const HORIZONS: [(&str, f64); 6] =

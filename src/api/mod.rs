@@ -26,7 +26,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use crate::{
     capacity::Plan,
-    state::{PoolState, Registry},
+    serve::state::{PoolState, Registry},
     store::Store,
 };
 use problem::Problem;

@@ -18,11 +18,12 @@ use utoipa::{IntoParams, ToSchema};
 use super::{problem::Problem, ApiState};
 use crate::{
     capacity::{PoolPlan, WorkloadPlan},
-    config::workload_key,
+    serve::state::{Snapshot, WorkloadState},
     sizing::{predictive::Binding, Policy},
-    sources::{collector::series, Signal},
-    state::{Snapshot, WorkloadState},
+    sources::Signal,
     time::rfc3339,
+    workload::series,
+    workload::workload_key,
 };
 
 /// Longest history one request may read.

@@ -21,8 +21,9 @@ use kube::{
 };
 use serde_json::Value;
 
+use super::KubeSettings;
 use super::{shape::ReplicaCounts, Snapshot, Target, TargetKind, WorkloadObjects};
-use crate::config::{KubeSettings, Workload};
+use crate::workload::Workload;
 
 /// Why no client could be made.
 #[derive(Debug, thiserror::Error)]
@@ -121,8 +122,8 @@ fn find_scaled_object(w: &Workload, items: &[DynamicObject]) -> Option<(String, 
             let md = tr.get("metadata");
             let get = |k: &str| md.and_then(|m| m.get(k)).and_then(Value::as_str);
             matches!(ty, "external" | "external-push")
-                && get(crate::scaler::metadata::KEY_WORKLOAD) == Some(w.name.as_str())
-                && get(crate::scaler::metadata::KEY_NAMESPACE).is_none_or(|n| n == w.namespace)
+                && get(crate::workload::KEY_WORKLOAD) == Some(w.name.as_str())
+                && get(crate::workload::KEY_NAMESPACE).is_none_or(|n| n == w.namespace)
         });
         if !named {
             continue;

@@ -36,10 +36,25 @@ pub use actuate::{Actuation, ActuationKind, ActuationMode, ActuationTarget, Chan
 pub use nodes::{Disagreement, DiscoveredPool, NodeKeys, PoolDefaults};
 pub use shape::{Derived, Fact, GpuKeys, ReplicaCounts, Target, TargetKind};
 
+use std::{path::PathBuf, time::Duration};
+
 use crate::{
     capacity::{Pool, Shape, WorkloadPlan},
-    config::{KubeSettings, Workload},
+    workload::Workload,
 };
+
+/// How the cluster is read, and whether the plan is written back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeSettings {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub refresh: Duration,
+    pub timeout: Duration,
+    pub gpu: GpuKeys,
+    pub nodes: NodeKeys,
+    pub discovered_pools: PoolDefaults,
+    pub actuation: Actuation,
+}
 
 /// What one read of the cluster returned, before interpretation.
 #[derive(Debug, Clone, Default)]
@@ -187,7 +202,7 @@ fn workload_view(w: &Workload, objs: Option<&WorkloadObjects>, keys: &GpuKeys) -
         }
     };
     let cluster = derived.shape(&w.profile.gpu_type);
-    let stated = w.shape.clone().unwrap_or(crate::config::raw::RawShape {
+    let stated = w.shape.clone().unwrap_or(crate::workload::StatedShape {
         gpu_type: None,
         gpus_per_replica: None,
         nodes_per_replica: None,

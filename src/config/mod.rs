@@ -22,11 +22,13 @@ pub use yaml::YamlError;
 
 use crate::{
     capacity::{CapacityType, Pool, Reservation},
+    cluster::KubeSettings,
     sizing::{
         profile::{Profile, BUILTIN_PROFILES},
         Policy,
     },
-    sources::{Signal, SourceConfig},
+    sources::Signal,
+    workload::{workload_key, Target, Workload},
 };
 
 /// The demo configuration, compiled in: `foresight serve --demo`.
@@ -95,20 +97,7 @@ pub struct Settings {
     pub kubernetes: Option<KubeSettings>,
 }
 
-/// How the cluster is read, and whether the plan is written back.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KubeSettings {
-    pub kubeconfig: Option<PathBuf>,
-    pub context: Option<String>,
-    pub refresh: Duration,
-    pub timeout: Duration,
-    pub gpu: crate::cluster::GpuKeys,
-    pub nodes: crate::cluster::NodeKeys,
-    pub discovered_pools: crate::cluster::PoolDefaults,
-    pub actuation: crate::cluster::Actuation,
-}
-
-/// How forecasts become replica counts (see [`crate::sizing::predictive`]).
+/// How forecasts become replica counts (the predictive sizing's settings).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SizingSettings {
     pub policy: Policy,
@@ -120,7 +109,7 @@ pub struct SizingSettings {
     pub forecast_only: Duration,
 }
 
-/// How forecasts are refitted in the background (see [`crate::refit`]).
+/// How forecasts are refitted in the background (the refit worker's settings).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForecastSettings {
     pub enabled: bool,
@@ -193,58 +182,6 @@ impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Secret({} bytes)", self.0.len())
     }
-}
-
-/// One workload Foresight sizes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Workload {
-    pub name: String,
-    pub namespace: String,
-    pub profile: Profile,
-    pub min_replicas: u32,
-    pub max_replicas: u32,
-    pub signals: Vec<Signal>,
-    pub target: Target,
-    pub activation_threshold: f64,
-    /// Signals older than this give no decision.
-    pub stale_after: Duration,
-    pub source: SourceConfig,
-    /// Forecast-only: KEDA gets the reactive answer, the predictive one is reported beside it.
-    pub shadow: bool,
-    /// Shape fields stated in config, which win over the cluster's and the profile's.
-    pub shape: Option<raw::RawShape>,
-}
-
-/// The signal a workload is sized on, and how much of it one replica handles.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Target {
-    pub signal: Signal,
-    pub per_replica: f64,
-}
-
-impl Workload {
-    /// The shape from config alone: the profile's, under the workload's own `shape:` fields.
-    pub fn config_shape(&self) -> crate::capacity::Shape {
-        let mut s = self.profile.shape();
-        if let Some(o) = &self.shape {
-            if let Some(g) = &o.gpu_type {
-                s.gpu_type = g.clone();
-            }
-            s.gpus_per_replica = o.gpus_per_replica.unwrap_or(s.gpus_per_replica);
-            s.nodes_per_replica = o.nodes_per_replica.unwrap_or(s.nodes_per_replica);
-        }
-        s
-    }
-
-    /// `namespace/name`, the key the scaler looks workloads up by.
-    pub fn key(&self) -> String {
-        workload_key(&self.namespace, &self.name)
-    }
-}
-
-/// The lookup key of a workload.
-pub fn workload_key(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
 }
 
 impl Settings {

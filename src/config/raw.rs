@@ -6,7 +6,10 @@ use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
 
 use serde::Deserialize;
 
-use crate::sources::{Signal, SourceConfig};
+use crate::{
+    sources::{Signal, SourceConfig},
+    workload::StatedShape,
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -543,18 +546,7 @@ pub struct RawWorkload {
     pub shadow: bool,
     /// Replica shape stated here wins over the cluster's and the profile's.
     #[serde(default)]
-    pub shape: Option<RawShape>,
-}
-
-#[derive(Debug, Deserialize, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct RawShape {
-    #[serde(default)]
-    pub gpu_type: Option<String>,
-    #[serde(default)]
-    pub gpus_per_replica: Option<u32>,
-    #[serde(default)]
-    pub nodes_per_replica: Option<u32>,
+    pub shape: Option<StatedShape>,
 }
 
 fn default_namespace() -> String {

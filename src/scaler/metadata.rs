@@ -8,10 +8,7 @@ use tonic::Status;
 
 use crate::proto::ScaledObjectRef;
 
-/// Metadata key naming the Foresight workload (required).
-pub const KEY_WORKLOAD: &str = "workload";
-/// Metadata key for the workload's namespace (default: the ScaledObject's).
-pub const KEY_NAMESPACE: &str = "namespace";
+pub use crate::workload::{KEY_NAMESPACE, KEY_WORKLOAD};
 /// Metadata key choosing the metric encoding (default `replicas`).
 pub const KEY_ENCODING: &str = "encoding";
 /// Metadata key naming a node pool: the trigger of a pool's placeholder
@@ -63,7 +60,7 @@ pub struct Query {
 
 impl Query {
     pub fn key(&self) -> String {
-        crate::config::workload_key(&self.namespace, &self.workload)
+        crate::workload::workload_key(&self.namespace, &self.workload)
     }
 }
 

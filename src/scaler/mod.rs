@@ -20,7 +20,7 @@ use tonic::transport::{server::TcpIncoming, Certificate, Identity, Server, Serve
 
 pub use service::Scaler;
 
-use crate::{config::TlsFiles, proto::external_scaler_server::ExternalScalerServer, state::Registry};
+use crate::{config::TlsFiles, proto::external_scaler_server::ExternalScalerServer, serve::state::Registry};
 
 /// Read TLS material named in config.
 pub fn tls_config(files: &TlsFiles) -> anyhow::Result<ServerTlsConfig> {

@@ -14,8 +14,8 @@ use crate::{
         external_scaler_server::ExternalScaler, GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse,
         IsActiveResponse, MetricSpec, MetricValue, ScaledObjectRef,
     },
+    serve::state::{PoolState, Registry, Snapshot, WorkloadState},
     sizing::{reactive::Decision, Policy},
-    state::{PoolState, Registry, Snapshot, WorkloadState},
 };
 
 /// The scaler service.

@@ -1,5 +1,5 @@
-//! Sources: where demand signals come from, and the collectors that write
-//! them into the [`Store`](crate::store::Store).
+//! Sources: where demand signals come from. The serving loop's collectors
+//! run them and write what they read into the store.
 //!
 //! - [`scrape`]: vLLM / KServe `/metrics` scraped directly ([`exposition`]
 //!   parses the text, [`vllm`] turns readings into signals);
@@ -9,12 +9,11 @@
 //!
 //! The set of sources is a closed enum: each variant is a small typed config.
 
-pub mod collector;
 pub mod exposition;
 pub mod health;
 pub mod prometheus;
 pub mod scrape;
-mod simulated;
+pub(crate) mod simulated;
 pub mod vllm;
 
 use std::{collections::BTreeMap, fmt, time::Duration};

@@ -262,7 +262,12 @@ pub const DAY: f64 = 86_400.0;
 /// fitted; an on-demand pool and a reserved one (one node) configured; `extra` edits the config.
 pub fn forecast_ready(
     edit: impl Fn(String) -> String,
-) -> (Arc<foresight::state::Registry>, Arc<foresight::store::Store>, foresight::engine::Engine, std::time::SystemTime) {
+) -> (
+    Arc<foresight::serve::state::Registry>,
+    Arc<foresight::store::Store>,
+    foresight::serve::engine::Engine,
+    std::time::SystemTime,
+) {
     let pools = "pools:
   - {name: h100-reserved, gpu_type: nvidia-h100-80gb, gpus_per_node: 8, capacity_type: reserved, provisioning_secs: 0}
   - {name: h100, gpu_type: nvidia-h100-80gb, gpus_per_node: 8, capacity_type: on-demand, price_per_node_hour: 98, provisioning_secs: 600}
@@ -272,8 +277,8 @@ workloads:";
     let yaml = edit(known_answers().replacen("workloads:", pools, 1));
     let settings = foresight::config::Settings::from_yaml(&yaml, "test", Path::new(".")).unwrap();
     let store = Arc::new(foresight::store::Store::open(Default::default()).unwrap());
-    let registry = foresight::state::Registry::new();
-    let mut engine = foresight::engine::Engine::new(&settings, registry.clone(), store.clone());
+    let registry = foresight::serve::state::Registry::new();
+    let mut engine = foresight::serve::engine::Engine::new(&settings, registry.clone(), store.clone());
     // History up to a whole minute a little before the wall clock, so the history endpoint sees it.
     let now_secs = ((std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() / 60.0)
         .floor())
@@ -286,7 +291,7 @@ workloads:";
     let now = std::time::UNIX_EPOCH + Duration::from_secs_f64(now_secs);
     store.set_latest(&series, now, demand(now_secs));
     // As the scrape collector records it: three pods answered.
-    store.set_latest(&foresight::sources::collector::pods_series(KEY), now, 3.0);
+    store.set_latest(&foresight::workload::pods_series(KEY), now, 3.0);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         engine.tick(now);

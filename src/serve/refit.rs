@@ -19,14 +19,16 @@ use serde::Serialize;
 use tracing::{debug, warn};
 
 use crate::{
-    config::{ForecastSettings, Workload},
+    config::ForecastSettings,
     forecast::{
         auto::{Choice, Selection},
         Forecaster, ForecasterConfig, QuantileForecast, Regime, Seasons, Series,
     },
-    sources::{collector::series, Signal},
+    sources::Signal,
     store::Store,
     time::rfc3339,
+    workload::series,
+    workload::Workload,
 };
 
 /// A forecast as the API and logs show it.

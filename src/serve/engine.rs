@@ -19,24 +19,24 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::{
+    refit::{ForecastView, Refitter},
+    state::{PoolState, Registry, SignalReading, WorkloadState},
+};
 use crate::{
     capacity::{self, Demand, Plan, PlanInput, Pool, Reservation},
     cluster::ClusterView,
-    config::{ForecastSettings, Settings, SizingSettings, Workload},
-    refit::{ForecastView, Refitter},
+    config::{ForecastSettings, Settings, SizingSettings},
     sizing::{
         headroom::{Headroom, HeadroomConfig},
         predictive::{self, Stabiliser, Upper},
         reactive::{self, Decision},
         Policy,
     },
-    sources::{
-        collector::{pods_series, series},
-        health::SourceHealth,
-        Signal,
-    },
-    state::{PoolState, Registry, SignalReading, WorkloadState},
+    sources::{health::SourceHealth, Signal},
     store::Store,
+    workload::Workload,
+    workload::{pods_series, series},
 };
 
 struct Slot {

@@ -13,28 +13,17 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{
-    health::{EmptyQuery, SourceHealth},
-    prometheus::{self, bucket_values, chunks, PrometheusConfig},
-    scrape::{ScrapeConfig, Scraper},
-    SimulatedConfig, SourceConfig,
-};
 use crate::{
-    config::Workload,
-    sources::Signal,
+    sources::{
+        health::{EmptyQuery, SourceHealth},
+        prometheus::{self, bucket_values, chunks, PrometheusConfig},
+        scrape::{ScrapeConfig, Scraper},
+        Signal, SimulatedConfig, SourceConfig,
+    },
     store::Store,
     vllm_sim::{server::SimServer, Fleet},
+    workload::{pods_series, series, Workload},
 };
-
-/// The store series of a workload's signal: `namespace/name/signal`.
-pub fn series(workload_key: &str, signal: Signal) -> String {
-    format!("{workload_key}/{signal}")
-}
-
-/// The latest-only series of how many pods answered a workload's scrape.
-pub fn pods_series(workload_key: &str) -> String {
-    format!("{workload_key}/pods")
-}
 
 fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
@@ -132,7 +121,7 @@ async fn with_history(w: &Workload, c: &SimulatedConfig, store: &Arc<Store>) -> 
     // The past starts on a bucket boundary, so each reading fills one bucket.
     let now = unix(SystemTime::now());
     let from = if c.backfill_secs > 0.0 {
-        super::simulated::bucket_start(UNIX_EPOCH + Duration::from_secs_f64(now - c.backfill_secs), res)
+        crate::sources::simulated::bucket_start(UNIX_EPOCH + Duration::from_secs_f64(now - c.backfill_secs), res)
     } else {
         now
     };
@@ -142,7 +131,7 @@ async fn with_history(w: &Workload, c: &SimulatedConfig, store: &Arc<Store>) -> 
     }
     let (key, signals, store) = (w.key(), w.signals.clone(), store.clone());
     tokio::task::spawn_blocking(move || {
-        let history = super::simulated::history(&mut fleet, from, now, res.as_secs_f64());
+        let history = crate::sources::simulated::history(&mut fleet, from, now, res.as_secs_f64());
         let start = UNIX_EPOCH + Duration::from_secs_f64(from);
         for s in &signals {
             let values: Vec<f64> = history.iter().map(|h| h.get(*s).unwrap_or(f64::NAN)).collect();

@@ -18,10 +18,10 @@ use tokio::sync::watch;
 
 use crate::{
     capacity::{Plan, Pool, PoolPlan, Reservation, WorkloadPlan},
-    config::Workload,
-    refit::ForecastView,
+    serve::refit::ForecastView,
     sizing::reactive::Decision,
     sources::{health::SourceStatus, Signal},
+    workload::Workload,
 };
 
 /// What Foresight currently says about one workload.
@@ -57,7 +57,7 @@ pub struct WorkloadState {
     /// Set while the target signal is stale and the answer comes from the last good forecast alone.
     pub forecast_only: bool,
     /// The latest forecast of the target signal over the cold-start look-ahead
-    /// (refitted in the background, see [`crate::refit`]).
+    /// (refitted in the background, see [`crate::serve::refit`]).
     #[schema(value_type = Option<ForecastView>)]
     pub forecast: Option<Arc<ForecastView>>,
     /// Why the latest refit gave no forecast (e.g. no history yet, or the signal went silent); `forecast` is then `None`.
@@ -170,7 +170,7 @@ pub struct Snapshot {
     pub plan: Option<Arc<Plan>>,
     /// The cluster as last read (Kubernetes inputs on).
     pub cluster: Option<Arc<crate::cluster::ClusterView>>,
-    configs: HashMap<String, Arc<crate::config::Workload>>,
+    configs: HashMap<String, Arc<crate::workload::Workload>>,
 }
 
 impl Snapshot {
@@ -191,7 +191,7 @@ impl Snapshot {
     }
 
     /// A workload's config, by key (for explanations).
-    pub fn config(&self, key: &str) -> Option<&Arc<crate::config::Workload>> {
+    pub fn config(&self, key: &str) -> Option<&Arc<crate::workload::Workload>> {
         self.configs.get(key)
     }
 
@@ -256,7 +256,7 @@ impl Registry {
         plan: Option<Arc<Plan>>,
         ready: bool,
         cluster: Option<Arc<crate::cluster::ClusterView>>,
-        configs: Vec<Arc<crate::config::Workload>>,
+        configs: Vec<Arc<crate::workload::Workload>>,
     ) {
         let configs = configs.into_iter().map(|w| (w.key(), w)).collect();
         let generation = self.current.load().generation + 1;
@@ -264,7 +264,7 @@ impl Registry {
         let mut namespaces_of: HashMap<String, Vec<String>> = HashMap::new();
         for s in states {
             namespaces_of.entry(s.name.clone()).or_default().push(s.namespace.clone());
-            by_key.insert(crate::config::workload_key(&s.namespace, &s.name), Arc::new(s));
+            by_key.insert(crate::workload::workload_key(&s.namespace, &s.name), Arc::new(s));
         }
         for v in namespaces_of.values_mut() {
             v.sort();

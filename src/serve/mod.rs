@@ -1,0 +1,10 @@
+//! The serving loop, between the sources and the answers: collectors run
+//! each workload's source into the store ([`collector`]), the control loop
+//! reads the store every tick, decides and publishes ([`engine`]), forecasts
+//! are refitted off the tick ([`refit`]), and the published answers sit in a
+//! lock-free registry the scaler and the HTTP API read ([`state`]).
+
+pub mod collector;
+pub mod engine;
+pub mod refit;
+pub mod state;

@@ -1,0 +1,94 @@
+//! The validated workload: what `config` produces and every stage after it
+//! (sources, cluster, the serving loop, the scaler) takes, with the key KEDA's
+//! trigger metadata names it by. It lives apart from `config` so that those
+//! stages depend on the workload, not on how YAML is read and checked.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::{
+    capacity::Shape,
+    sizing::profile::Profile,
+    sources::{Signal, SourceConfig},
+};
+
+/// Trigger metadata key naming the workload a ScaledObject scales.
+pub const KEY_WORKLOAD: &str = "workload";
+/// Trigger metadata key for its namespace (default: the ScaledObject's).
+pub const KEY_NAMESPACE: &str = "namespace";
+
+/// One workload Foresight sizes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub name: String,
+    pub namespace: String,
+    pub profile: Profile,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub signals: Vec<Signal>,
+    pub target: Target,
+    pub activation_threshold: f64,
+    /// Signals older than this give no decision.
+    pub stale_after: Duration,
+    pub source: SourceConfig,
+    /// Forecast-only: KEDA gets the reactive answer, the predictive one is reported beside it.
+    pub shadow: bool,
+    /// Shape fields stated in config, which win over the cluster's and the profile's.
+    pub shape: Option<StatedShape>,
+}
+
+/// The signal a workload is sized on, and how much of it one replica handles.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Target {
+    pub signal: Signal,
+    pub per_replica: f64,
+}
+
+impl Workload {
+    /// The shape from config alone: the profile's, under the workload's own `shape:` fields.
+    pub fn config_shape(&self) -> Shape {
+        let mut s = self.profile.shape();
+        if let Some(o) = &self.shape {
+            if let Some(g) = &o.gpu_type {
+                s.gpu_type = g.clone();
+            }
+            s.gpus_per_replica = o.gpus_per_replica.unwrap_or(s.gpus_per_replica);
+            s.nodes_per_replica = o.nodes_per_replica.unwrap_or(s.nodes_per_replica);
+        }
+        s
+    }
+
+    /// `namespace/name`, the key the scaler looks workloads up by.
+    pub fn key(&self) -> String {
+        workload_key(&self.namespace, &self.name)
+    }
+}
+
+/// The lookup key of a workload.
+pub fn workload_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Shape fields a workload states in config (`shape:`), which win over the
+/// cluster's and the profile's.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StatedShape {
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    #[serde(default)]
+    pub gpus_per_replica: Option<u32>,
+    #[serde(default)]
+    pub nodes_per_replica: Option<u32>,
+}
+
+/// The store series of a workload's signal: `namespace/name/signal`.
+pub fn series(workload_key: &str, signal: Signal) -> String {
+    format!("{workload_key}/{signal}")
+}
+
+/// The latest-only series of how many pods answered a workload's scrape.
+pub fn pods_series(workload_key: &str) -> String {
+    format!("{workload_key}/pods")
+}
