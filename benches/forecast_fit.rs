@@ -16,7 +16,7 @@
 use std::{hint::black_box, io::Write, path::PathBuf, time::Instant};
 
 use foresight::{
-    cli_forecast::{read_csv, CsvInput},
+    cli::forecast::{read_csv, CsvInput},
     forecast::{auto::Choice, backtest::fit_predict, models, Forecaster, ForecasterConfig, Seasons, Series},
 };
 

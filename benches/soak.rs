@@ -114,7 +114,7 @@ async fn run(secs: u64) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_foresight"))
         .args(["--log-format", "json", "serve", "--config"])
         .arg(&cfg)
-        .env("RUST_LOG", "warn,foresight::app=info")
+        .env("RUST_LOG", "warn,foresight::cli::serve=info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -7,12 +7,8 @@
 //! replays demand traces against policies, using the same decision code.
 
 pub mod api;
-pub mod app;
 pub mod capacity;
-pub mod cli_explain;
-pub mod cli_forecast;
-pub mod cli_sim;
-pub mod cli_tools;
+pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod forecast;

@@ -14,7 +14,7 @@ use std::{
 };
 
 use foresight::{
-    cli_tools::sim_export,
+    cli::tools::sim_export,
     store::{Store, StoreConfig},
     vllm_sim::{server::SimServer, Fleet, SimConfig},
 };

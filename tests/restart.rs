@@ -17,7 +17,7 @@ use foresight::store::{Store, StoreConfig};
 const SERIES: &str = "inference/x/concurrency";
 const SIGNALS: [&str; 5] =
     ["concurrency", "queue_depth", "request_rate", "prompt_tokens_rate", "generation_tokens_rate"];
-const RUST_LOG: &str = "info,foresight::app=debug";
+const RUST_LOG: &str = "info,foresight::cli::serve=debug";
 
 fn config(store: &Path) -> String {
     format!(

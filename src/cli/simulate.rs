@@ -10,7 +10,7 @@ use rand_distr::{Distribution, Poisson};
 use serde::Serialize;
 
 use crate::{
-    cli_forecast::{read_csv, CsvInput},
+    cli::forecast::{read_csv, CsvInput},
     config::load_profile,
     sim::{
         self,
@@ -41,37 +41,111 @@ pub enum TraceInput {
     ServeGen { path: PathBuf, clients: Vec<String> },
 }
 
-/// What `foresight simulate` runs.
-#[derive(Debug, Clone)]
+/// What `foresight simulate` runs: its command-line arguments.
+#[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
-    pub trace: TraceInput,
-    /// A request log (Azure LLM trace format) for the token mix and minute-level bursts.
-    pub requests: Option<PathBuf>,
-    /// The 99th percentile minute's arrivals per second, after scaling a series.
-    pub peak_rps: f64,
-    pub profile: String,
-    pub policies: Vec<PolicyName>,
-    pub reactive_signal: String,
-    /// Per-replica targets for the concurrency trigger, one reactive policy
-    /// each; default the profile's concurrency.
-    pub reactive_targets: Vec<f64>,
-    /// Forecast quantiles to size for, one predictive policy each.
-    pub quantiles: Vec<f64>,
-    /// The predictive policy's forecast step.
-    pub forecast_step: Duration,
-    /// Observed before the simulated window (history for the forecaster), not scored.
-    pub warmup: Duration,
-    /// Simulate at most this long after the warm-up.
-    pub duration: Option<Duration>,
-    pub gpus_per_node: u32,
-    pub node_price: f64,
-    pub reserved_nodes: u32,
-    pub reserved_price: f64,
-    pub node_boot: Option<Duration>,
+    /// Demand shape: a CSV series (`timestamp,value`, e.g. a NAB trace); omit for --synthetic or --servegen.
+    #[arg(long, required_unless_present_any = ["synthetic", "servegen"])]
+    pub trace: Option<PathBuf>,
+    /// A ServeGen trace: a model's folder of `chunk-<client>-trace.csv`
+    /// files (the fleet serves all its clients) or one such file. Arrivals
+    /// follow each window's fitted inter-arrival distribution, and the
+    /// token mix comes from `token_means_6h.csv` beside the folder.
+    #[arg(long, conflicts_with_all = ["trace", "synthetic", "requests"])]
+    pub servegen: Option<PathBuf>,
+    /// ServeGen: only these clients (comma separated), e.g. `--clients 19,73`.
+    #[arg(long, value_delimiter = ',', requires = "servegen")]
+    pub clients: Vec<String>,
+    #[arg(long, default_value = "timestamp")]
+    pub time_col: String,
+    #[arg(long, default_value = "value")]
+    pub value_col: String,
+    /// Use the built-in generator (daily + weekly cycles, bursts, level shift) instead of a trace.
+    #[arg(long, conflicts_with = "trace")]
+    pub synthetic: bool,
+    /// Synthetic: days to generate.
+    #[arg(long, default_value_t = 21.0)]
+    pub days: f64,
+    /// Synthetic: day on which the level shifts (x1.5).
+    #[arg(long)]
+    pub level_shift_day: Option<f64>,
+    /// Seed for the arrivals (and the synthetic generator).
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    pub step_secs: f64,
+    /// Request log in the Azure LLM trace format: token mix and minute-level bursts.
+    #[arg(long)]
+    pub requests: Option<PathBuf>,
+    /// Scale the trace so its 99th percentile minute has this many requests per second.
+    #[arg(long, default_value_t = 150.0)]
+    pub peak_rps: f64,
+    /// A built-in profile name or a profile YAML file.
+    #[arg(long, default_value = "llama-3.1-8b-h100")]
+    pub model_profile: String,
+    /// Policies to compare (comma separated).
+    #[arg(long = "policy", value_enum, value_delimiter = ',', default_value = "static,reactive,predictive,oracle")]
+    pub policies: Vec<PolicyName>,
+    /// What the reactive trigger watches: `concurrency` (running + waiting) or `request_rate`.
+    #[arg(long, default_value = "concurrency")]
+    pub reactive_signal: String,
+    /// Reactive thresholds per replica (concurrency), comma separated: one
+    /// reactive policy each. Default the profile's concurrency.
+    #[arg(long = "reactive-target", value_delimiter = ',')]
+    pub reactive_targets: Vec<f64>,
+    /// Forecast quantiles the predictive policy sizes for, comma separated: one predictive policy each.
+    #[arg(long = "quantile", value_delimiter = ',', default_value = "0.9")]
+    pub quantiles: Vec<f64>,
+    /// Forecast step of the predictive policy (`serve` forecasts at the store's resolution, 1m by default).
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    pub forecast_step: Duration,
+    /// History observed before the scored window (the forecaster's warm-up).
+    #[arg(long, default_value = "14d", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// Score at most this long after the warm-up (default: the rest of the trace).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u32,
+    /// On-demand price per node-hour (default: 8 GPUs at 4.00 per GPU-hour).
+    #[arg(long, default_value_t = 32.0)]
+    pub node_price: f64,
+    /// Reserved nodes, always up and always paid.
+    #[arg(long, default_value_t = 0)]
+    pub reserved_nodes: u32,
+    #[arg(long, default_value_t = 20.0)]
+    pub reserved_price: f64,
+    /// Node provisioning time (default the profile's node_boot).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub node_boot: Option<Duration>,
+    /// Simulation step in seconds (must divide a minute).
+    #[arg(long, default_value_t = 1.0)]
+    pub step: f64,
+    /// Write summary.json and timeline.csv here.
+    #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
     pub json: bool,
+}
+
+impl SimulateArgs {
+    /// Where the demand comes from: a ServeGen trace, a CSV series, or the generator.
+    fn trace_input(&self) -> TraceInput {
+        match (&self.trace, &self.servegen) {
+            (_, Some(path)) => TraceInput::ServeGen { path: path.clone(), clients: self.clients.clone() },
+            (Some(csv), None) => TraceInput::Series(CsvInput {
+                path: csv.clone(),
+                time_col: self.time_col.clone(),
+                value_col: self.value_col.clone(),
+                freq: None,
+            }),
+            (None, None) => TraceInput::Synthetic(Synthetic {
+                days: self.days,
+                level_shift_day: self.level_shift_day,
+                seed: self.seed,
+                ..Default::default()
+            }),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -89,7 +163,7 @@ struct Summary<'a> {
 
 /// Run the comparison and print a table (or JSON) to `out`.
 pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let profile = load_profile(&args.profile).context("loading the model profile")?;
+    let profile = load_profile(&args.model_profile).context("loading the model profile")?;
     let (mut mix, bursts) = match &args.requests {
         Some(p) => {
             let rows = load_trace(p).map_err(anyhow::Error::msg).context("reading --requests")?;
@@ -97,7 +171,7 @@ pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<
         }
         None => (TokenMix::azure_conversation(), None),
     };
-    let (mut full, trace_name) = match &args.trace {
+    let (mut full, trace_name) = match &args.trace_input() {
         TraceInput::Series(input) => {
             let mut header = String::new();
             std::io::BufRead::read_line(
@@ -154,7 +228,7 @@ pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<
         reserved_price_per_node_hour: args.reserved_price,
     };
     let cap = Capacity::new(&profile, mix, &pool)?;
-    let cfg = SimConfig { seed: args.seed, step_secs: args.step_secs, ..SimConfig::default() };
+    let cfg = SimConfig { seed: args.seed, step_secs: args.step, ..SimConfig::default() };
     if let Some(t) = args.reactive_targets.iter().find(|t| !(t.is_finite() && **t > 0.0)) {
         bail!("--reactive-target must be a number > 0, got {t}");
     }
