@@ -111,3 +111,54 @@ pub fn register(registry: &mut Registry) {
         COUNTERS.grpc_seconds.clone(),
     );
 }
+
+/// Lets a warning that repeats every poll (a source that is down) through
+/// at most once per `every`, and says how many were held back meanwhile, so
+/// an outage of hours is a line a minute per workload, not one a poll.
+#[derive(Debug)]
+pub(crate) struct Throttle {
+    every: std::time::Duration,
+    last: Option<Instant>,
+    held: u64,
+}
+
+impl Throttle {
+    pub(crate) fn new(every: std::time::Duration) -> Throttle {
+        Throttle { every, last: None, held: 0 }
+    }
+
+    /// `Some(held back since the last one)` when this occurrence, at `now`,
+    /// is to be logged; `None` when it is held back.
+    pub(crate) fn allow(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(t) if now.saturating_duration_since(t) < self.every => {
+                self.held += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.held))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::Throttle;
+
+    #[test]
+    fn a_repeated_warning_is_logged_once_per_interval_with_what_was_held_back() {
+        let t0 = Instant::now();
+        let mut t = Throttle::new(Duration::from_secs(60));
+        assert_eq!(t.allow(t0), Some(0), "the first one goes through");
+        for s in [15, 30, 45] {
+            assert_eq!(t.allow(t0 + Duration::from_secs(s)), None);
+        }
+        assert_eq!(t.allow(t0 + Duration::from_secs(60)), Some(3), "then one a minute, counting the rest");
+        assert_eq!(t.allow(t0 + Duration::from_secs(61)), None);
+        assert_eq!(t.allow(t0 + Duration::from_secs(600)), Some(1));
+    }
+}

@@ -6,7 +6,7 @@ use std::{
     collections::HashMap,
     net::{IpAddr, Ipv4Addr},
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use tokio::task::JoinHandle;
@@ -21,9 +21,15 @@ use crate::{
         Signal, SimulatedConfig, SourceConfig,
     },
     store::Store,
+    telemetry::Throttle,
     vllm_sim::{server::SimServer, Fleet},
     workload::{pods_series, series, Workload},
 };
+
+/// A source that stays down is logged once a minute per workload and kind
+/// of failure (with how many were held back), not once a poll; the
+/// `foresight_source_errors_total` counter still counts every one.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
@@ -59,6 +65,7 @@ async fn scrape_loop(
     let mut every = tokio::time::interval(scraper.interval());
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let key = w.key();
+    let mut failing = Throttle::new(WARN_EVERY);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -85,7 +92,9 @@ async fn scrape_loop(
             }
             Err(e) => {
                 crate::telemetry::source_error(&key);
-                warn!(workload = %key, error = %e, "poll failed")
+                if let Some(held) = failing.allow(Instant::now()) {
+                    warn!(workload = %key, error = %e, held_back = held, "poll failed");
+                }
             }
         }
     }
@@ -168,6 +177,7 @@ async fn prometheus_loop(
     let mut every = tokio::time::interval(Duration::from_secs_f64(c.interval_secs));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut first = true;
+    let (mut range_failing, mut instant_failing) = (Throttle::new(WARN_EVERY), Throttle::new(WARN_EVERY));
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -191,9 +201,11 @@ async fn prometheus_loop(
                         // Settled buckets of the first poll are bulk history: one durable
                         // transaction per chunk, never over what the store already has.
                         let bulk = if first { (reread_from - a).clamp(0, values.len() as i64) as usize } else { 0 };
-                        if let Err(e) = store.backfill(&name, at(0), &values[..bulk]) {
-                            warn!(workload = %key, signal = %s, error = %e, "writing history failed");
-                            break;
+                        if bulk > 0 {
+                            if let Err(e) = backfill_off_runtime(store, &name, at(0), values[..bulk].to_vec()).await {
+                                warn!(workload = %key, signal = %s, error = %e, "writing history failed");
+                                break;
+                            }
                         }
                         // The rest, a few buckets each poll: each bucket is one evaluation, the
                         // latest answer wins; made durable by the periodic flush.
@@ -205,7 +217,9 @@ async fn prometheus_loop(
                     Err(e) => {
                         // Retried from the same bucket next poll: history is not skipped.
                         crate::telemetry::source_error(&key);
-                        warn!(workload = %key, signal = %s, error = %e, "query_range failed");
+                        if let Some(held) = range_failing.allow(Instant::now()) {
+                            warn!(workload = %key, signal = %s, error = %e, held_back = held, "query_range failed");
+                        }
                         break;
                     }
                 }
@@ -222,11 +236,28 @@ async fn prometheus_loop(
                 }
                 Err(e) => {
                     crate::telemetry::source_error(&key);
-                    warn!(workload = %key, signal = %s, error = %e, "instant query failed")
+                    if let Some(held) = instant_failing.allow(Instant::now()) {
+                        warn!(workload = %key, signal = %s, error = %e, held_back = held, "instant query failed");
+                    }
                 }
             }
         }
         first = false;
+    }
+}
+
+/// [`Store::backfill`] commits a durable redb transaction: on the blocking
+/// pool, so a slow disk never holds an async worker (and the answers it serves).
+async fn backfill_off_runtime(
+    store: &Arc<Store>,
+    name: &str,
+    start: SystemTime,
+    values: Vec<f64>,
+) -> Result<(), String> {
+    let (store, name) = (store.clone(), name.to_string());
+    match tokio::task::spawn_blocking(move || store.backfill(&name, start, &values)).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("the backfill task failed: {e}")),
     }
 }
 
