@@ -64,28 +64,14 @@ pub fn source_error(workload_key: &str) {
     COUNTERS.source_errors.get_or_create(&split_key(workload_key)).inc();
 }
 
-/// Times one gRPC call; [`GrpcTimer::done`] records it with its status code.
-pub struct GrpcTimer {
-    method: &'static str,
-    start: Instant,
-}
-
-impl GrpcTimer {
-    pub fn start(method: &'static str) -> GrpcTimer {
-        GrpcTimer { method, start: Instant::now() }
-    }
-
-    pub fn done<T>(self, result: &Result<T, tonic::Status>) {
-        let code = match result {
-            Ok(_) => tonic::Code::Ok,
-            Err(s) => s.code(),
-        };
-        let method = vec![("method", self.method.to_string())];
-        COUNTERS.grpc_seconds.get_or_create(&method).observe(self.start.elapsed().as_secs_f64());
-        let mut labels = method;
-        labels.push(("code", format!("{code:?}")));
-        COUNTERS.grpc_requests.get_or_create(&labels).inc();
-    }
+/// Record one KEDA scaler call: its method, status code and latency (the
+/// scaler's tower layer calls this for every request).
+pub fn grpc_call(method: &'static str, code: tonic::Code, took: std::time::Duration) {
+    let method = vec![("method", method.to_string())];
+    COUNTERS.grpc_seconds.get_or_create(&method).observe(took.as_secs_f64());
+    let mut labels = method;
+    labels.push(("code", format!("{code:?}")));
+    COUNTERS.grpc_requests.get_or_create(&labels).inc();
 }
 
 /// Register the process counters (names as exposed, `foresight_` included).

@@ -176,3 +176,34 @@ async fn the_demo_forecasts_with_its_seasons_from_the_first_minute() {
     let (lo, hi) = v.iter().fold((f64::MAX, 0f64), |(l, h), x| (l.min(*x), h.max(*x)));
     assert!(hi > 3.0 * lo.max(1.0), "no daily cycle in the backfilled past: {lo}..{hi}");
 }
+
+/// The value of `name{labels}` in a Prometheus text body (0 when absent).
+fn sample(body: &str, name: &str, labels: &str) -> f64 {
+    body.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && labels.split(',').all(|kv| l.contains(kv)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scaler_call_is_timed_and_counted_by_method_and_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &common::known_answers());
+    s.wait_ready(Duration::from_secs(30));
+    let mut client = ExternalScalerClient::connect(s.grpc_url()).await.unwrap();
+    for _ in 0..3 {
+        client.get_metric_spec(so("llama-8b", "replicas")).await.unwrap();
+    }
+    let missing = client.get_metric_spec(so("no-such-workload", "replicas")).await.unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    let body = reqwest::get(format!("http://{}/metrics", s.http)).await.unwrap().text().await.unwrap();
+    let calls = |code: &str| {
+        sample(&body, "foresight_grpc_requests_total", &format!("method=\"GetMetricSpec\",code=\"{code}\""))
+    };
+    assert_eq!(calls("Ok"), 3.0, "{body}");
+    assert_eq!(calls("NotFound"), 1.0, "{body}");
+    let timed = sample(&body, "foresight_grpc_request_duration_seconds_count", "method=\"GetMetricSpec\"");
+    assert_eq!(timed, 4.0, "{body}");
+    // Only the scaler's five methods become labels.
+    assert!(!body.contains("method=\"Check\"") && !body.contains("method=\"other\""), "{body}");
+}

@@ -8,6 +8,7 @@
 //! capacity). Plaintext h2c unless TLS is configured; mTLS when a client CA
 //! is given.
 
+mod layer;
 pub mod metadata;
 mod service;
 
@@ -47,7 +48,8 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<ExternalScalerServer<Scaler>>().await;
-    let mut builder = Server::builder().tcp_nodelay(true);
+    // Cross-cutting concerns as layers, composed here: every call timed and counted.
+    let mut builder = Server::builder().tcp_nodelay(true).layer(layer::GrpcMetricsLayer);
     if let Some(tls) = tls {
         builder = builder.tls_config(tls).context("configuring gRPC TLS")?;
     }

@@ -171,18 +171,12 @@ impl Scaler {
 #[tonic::async_trait]
 impl ExternalScaler for Scaler {
     async fn is_active(&self, request: Request<ScaledObjectRef>) -> Result<Response<IsActiveResponse>, Status> {
-        let timer = crate::telemetry::GrpcTimer::start("IsActive");
-        let result = async {
-            let snap = self.registry.load();
-            let active = match metadata::parse_target(request.get_ref())? {
-                Target::Workload(q) => decision(lookup(&snap, &q)?)?.active,
-                Target::Pool(name) => pool_buffer(lookup_pool(&snap, &name)?)? > 0,
-            };
-            Ok(Response::new(IsActiveResponse { result: active }))
-        }
-        .await;
-        timer.done(&result);
-        result
+        let snap = self.registry.load();
+        let active = match metadata::parse_target(request.get_ref())? {
+            Target::Workload(q) => decision(lookup(&snap, &q)?)?.active,
+            Target::Pool(name) => pool_buffer(lookup_pool(&snap, &name)?)? > 0,
+        };
+        Ok(Response::new(IsActiveResponse { result: active }))
     }
 
     type StreamIsActiveStream = Streamed<IsActiveResponse>;
@@ -193,88 +187,70 @@ impl ExternalScaler for Scaler {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
-        let timer = crate::telemetry::GrpcTimer::start("StreamIsActive");
-        let result = async {
-            let t = metadata::parse_target(request.get_ref())?;
-            target_active(&self.registry.load(), &t)?;
-            Ok(Response::new(
-                self.watch(move |snap| Ok(target_active(snap, &t)?.map(|result| IsActiveResponse { result }))),
-            ))
-        }
-        .await;
-        timer.done(&result);
-        result
+        let t = metadata::parse_target(request.get_ref())?;
+        target_active(&self.registry.load(), &t)?;
+        Ok(Response::new(
+            self.watch(move |snap| Ok(target_active(snap, &t)?.map(|result| IsActiveResponse { result }))),
+        ))
     }
 
     async fn get_metric_spec(
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<GetMetricSpecResponse>, Status> {
-        let timer = crate::telemetry::GrpcTimer::start("GetMetricSpec");
-        let result = async {
-            let t = metadata::parse_target(request.get_ref())?;
-            Ok(Response::new(target_spec(&self.registry.load(), &t)?))
-        }
-        .await;
-        timer.done(&result);
-        result
+        let t = metadata::parse_target(request.get_ref())?;
+        Ok(Response::new(target_spec(&self.registry.load(), &t)?))
     }
 
     async fn get_metrics(&self, request: Request<GetMetricsRequest>) -> Result<Response<GetMetricsResponse>, Status> {
-        let timer = crate::telemetry::GrpcTimer::start("GetMetrics");
-        let result = async {
-            let req = request.get_ref();
-            let r = req
-                .scaled_object_ref
-                .as_ref()
-                .ok_or_else(|| Status::invalid_argument("GetMetricsRequest has no scaledObjectRef"))?;
-            let snap = self.registry.load();
-            let q = match metadata::parse_target(r)? {
-                Target::Workload(q) => q,
-                Target::Pool(name) => {
-                    let p = lookup_pool(&snap, &name)?;
-                    if !metadata::metric_matches(&req.metric_name, &p.metric) {
-                        return Err(Status::invalid_argument(format!(
-                            "metricName `{}` is not served for pool `{name}`; GetMetricSpec names `{}`",
-                            metadata::shown(&req.metric_name),
-                            p.metric
-                        )));
-                    }
-                    let v = pool_buffer(p)?;
-                    return Ok(Response::new(GetMetricsResponse {
-                        metric_values: vec![MetricValue {
-                            metric_name: p.metric.clone(),
-                            metric_value: i64::from(v),
-                            metric_value_float: f64::from(v),
-                        }],
-                    }));
+        let req = request.get_ref();
+        let r = req
+            .scaled_object_ref
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("GetMetricsRequest has no scaledObjectRef"))?;
+        let snap = self.registry.load();
+        let q = match metadata::parse_target(r)? {
+            Target::Workload(q) => q,
+            Target::Pool(name) => {
+                let p = lookup_pool(&snap, &name)?;
+                if !metadata::metric_matches(&req.metric_name, &p.metric) {
+                    return Err(Status::invalid_argument(format!(
+                        "metricName `{}` is not served for pool `{name}`; GetMetricSpec names `{}`",
+                        metadata::shown(&req.metric_name),
+                        p.metric
+                    )));
                 }
-            };
-            let s = lookup(&snap, &q)?;
-            let served = match q.encoding {
-                Encoding::Replicas => &s.metrics.replicas,
-                Encoding::Load => &s.metrics.load,
-            };
-            if !metadata::metric_matches(&req.metric_name, served) {
-                return Err(Status::invalid_argument(format!(
-                    "metricName `{}` is not served for workload `{}`; GetMetricSpec names `{served}`",
-                    metadata::shown(&req.metric_name),
-                    q.key()
-                )));
+                let v = pool_buffer(p)?;
+                return Ok(Response::new(GetMetricsResponse {
+                    metric_values: vec![MetricValue {
+                        metric_name: p.metric.clone(),
+                        metric_value: i64::from(v),
+                        metric_value_float: f64::from(v),
+                    }],
+                }));
             }
-            let v = value(decision(s)?, q.encoding, s.per_replica);
-            Ok(Response::new(GetMetricsResponse {
-                metric_values: vec![MetricValue {
-                    metric_name: served.clone(),
-                    // KEDA reads the float when > 0, else the int: set both.
-                    metric_value: v.round() as i64,
-                    metric_value_float: v,
-                }],
-            }))
+        };
+        let s = lookup(&snap, &q)?;
+        let served = match q.encoding {
+            Encoding::Replicas => &s.metrics.replicas,
+            Encoding::Load => &s.metrics.load,
+        };
+        if !metadata::metric_matches(&req.metric_name, served) {
+            return Err(Status::invalid_argument(format!(
+                "metricName `{}` is not served for workload `{}`; GetMetricSpec names `{served}`",
+                metadata::shown(&req.metric_name),
+                q.key()
+            )));
         }
-        .await;
-        timer.done(&result);
-        result
+        let v = value(decision(s)?, q.encoding, s.per_replica);
+        Ok(Response::new(GetMetricsResponse {
+            metric_values: vec![MetricValue {
+                metric_name: served.clone(),
+                // KEDA reads the float when > 0, else the int: set both.
+                metric_value: v.round() as i64,
+                metric_value_float: v,
+            }],
+        }))
     }
 
     type StreamMetricSpecStream = Streamed<GetMetricSpecResponse>;
@@ -283,14 +259,8 @@ impl ExternalScaler for Scaler {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
-        let timer = crate::telemetry::GrpcTimer::start("StreamMetricSpec");
-        let result = async {
-            let t = metadata::parse_target(request.get_ref())?;
-            target_spec(&self.registry.load(), &t)?;
-            Ok(Response::new(self.watch(move |snap| target_spec(snap, &t).map(Some))))
-        }
-        .await;
-        timer.done(&result);
-        result
+        let t = metadata::parse_target(request.get_ref())?;
+        target_spec(&self.registry.load(), &t)?;
+        Ok(Response::new(self.watch(move |snap| target_spec(snap, &t).map(Some))))
     }
 }
