@@ -19,6 +19,7 @@ use crate::{
     },
     sources::health::SourceHealth,
     store::{Store, StoreConfig},
+    telemetry::Throttle,
 };
 
 /// How long in-flight requests get to finish after a shutdown signal.
@@ -346,8 +347,9 @@ async fn flush_loop(store: Arc<Store>, every: Duration, shutdown: CancellationTo
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
-    // While flushes fail (a full disk), one error line a minute, not one a tick.
-    let mut failing: Option<(u64, std::time::Instant)> = None;
+    // While flushes fail (a full disk), one error line a minute, not one a tick;
+    // the first failure of a run is logged at once.
+    let (mut failed, mut throttle) = (0u64, Throttle::new(Duration::from_secs(60)));
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -356,8 +358,12 @@ async fn flush_loop(store: Arc<Store>, every: Duration, shutdown: CancellationTo
         let st = store.clone();
         match tokio::task::spawn_blocking(move || st.flush()).await {
             Ok(Ok(stats)) => {
-                if let Some((n, _)) = failing.take() {
-                    info!(failed_flushes = n, "history flushes succeed again; nothing recorded meanwhile was lost");
+                if failed > 0 {
+                    info!(
+                        failed_flushes = failed,
+                        "history flushes succeed again; nothing recorded meanwhile was lost"
+                    );
+                    (failed, throttle) = (0, Throttle::new(Duration::from_secs(60)));
                 }
                 debug!(
                     chunks = stats.chunks,
@@ -367,14 +373,9 @@ async fn flush_loop(store: Arc<Store>, every: Duration, shutdown: CancellationTo
             }
             Ok(Err(e)) => {
                 crate::telemetry::flush_error();
-                // The first failure is logged at once. (Not by back-dating an
-                // Instant: on a node up for less than that, the subtraction panics.)
-                let first = failing.is_none();
-                let (n, last) = failing.get_or_insert((0, std::time::Instant::now()));
-                *n += 1;
-                if first || last.elapsed() >= Duration::from_secs(60) {
-                    *last = std::time::Instant::now();
-                    error!(error = %e, failed_flushes = *n, "history flush failed; history since the last good flush is held in memory and retried");
+                failed += 1;
+                if throttle.allow(std::time::Instant::now()).is_some() {
+                    error!(error = %e, failed_flushes = failed, "history flush failed; history since the last good flush is held in memory and retried");
                 }
             }
             Err(e) => error!(error = %e, "history flush panicked"),
