@@ -41,9 +41,8 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, B, R> Service<http::Request<B>> for GrpcMetrics<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
+    S: Service<http::Request<B>, Response = http::Response<R>>,
     S::Future: Send + 'static,
-    B: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -55,9 +54,9 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let method = method_of(req.uri().path());
+        let start = Instant::now();
         let call = self.inner.call(req);
         Box::pin(async move {
-            let start = Instant::now();
             let res = call.await;
             if let Some(method) = method {
                 // A handler's error is a trailers-only response: its status is in
