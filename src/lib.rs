@@ -3,7 +3,7 @@
 //! Data flows `sources` (pull signals) -> `store` (history) -> `forecast`
 //! (refitted in the background by `refit`) -> `engine` (decide each tick,
 //! using `sizing`) -> `state` (precomputed answers) -> `scaler` (KEDA gRPC)
-//! and `api` (HTTP). `config` is the one typed, validated input. `sim`
+//! and `api` (HTTP). `config` is the one typed, validated input. `replay`
 //! replays demand traces against policies, using the same decision code.
 
 pub mod api;
@@ -11,16 +11,16 @@ pub mod capacity;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod fake_vllm;
 pub mod forecast;
+pub mod replay;
 pub mod scaler;
 pub mod serve;
-pub mod sim;
 pub mod sizing;
 pub mod sources;
 pub mod store;
 pub mod telemetry;
 pub mod time;
-pub mod vllm_sim;
 pub mod workload;
 
 /// Code generated from `proto/externalscaler.proto`.

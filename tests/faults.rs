@@ -15,7 +15,10 @@ use foresight::{
     api::metrics::Exposition,
     proto::{external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef},
     scaler,
-    serve::state::Registry,
+    serve::{
+        outcome::{NoBridge, NoDecision},
+        state::Registry,
+    },
 };
 use tokio_util::sync::CancellationToken;
 
@@ -79,7 +82,8 @@ async fn a_stale_signal_is_bridged_by_the_forecast_then_kedas_fallback_applies()
     engine.tick(t);
     let s = registry.load().get(KEY).unwrap().clone();
     assert!(s.decision.is_none() && !s.forecast_only);
-    let why = s.error.clone().unwrap();
+    assert!(matches!(s.error, Some(NoDecision::Stale { bridge: NoBridge::Expired { .. }, .. })), "{:?}", s.error);
+    let why = s.error.clone().unwrap().to_string();
     assert!(why.contains("stale") && why.contains("past the 600 s a forecast may stand in for it"), "{why}");
     assert_eq!(replicas(&mut c).await, Err(tonic::Code::Unavailable), "no made-up number, and no zero");
     assert!(spec_answers(&mut c).await);
@@ -109,7 +113,7 @@ async fn with_no_bridge_or_no_forecast_a_stale_signal_gets_no_answer_at_once() {
     engine.tick(now + Duration::from_secs(5));
     let s = registry.load().get(KEY).unwrap().clone();
     assert!(s.decision.is_none(), "forecast_only_secs 0 bridges nothing");
-    assert!(s.error.as_deref().unwrap().contains("no forecast-only bridge"));
+    assert!(s.error.as_ref().unwrap().to_string().contains("no forecast-only bridge"));
 
     // The known-answers workloads have no forecast in their first seconds: stale means no answer.
     let settings =
@@ -122,7 +126,7 @@ async fn with_no_bridge_or_no_forecast_a_stale_signal_gets_no_answer_at_once() {
     assert!(registry.load().get(KEY).unwrap().decision.is_some());
     engine.tick(t + Duration::from_secs(5));
     let s = registry.load().get(KEY).unwrap().clone();
-    assert!(s.decision.is_none() && s.error.as_deref().unwrap().contains("no forecast to bridge with"));
+    assert!(s.decision.is_none() && s.error.as_ref().unwrap().to_string().contains("no forecast to bridge with"));
 }
 
 /// A fake Prometheus (queries are POSTed as forms, as Foresight sends them) whose `query_range` answers 503 to its 2nd to 4th

@@ -15,8 +15,8 @@ use std::{
 
 use foresight::{
     cli::tools::sim_export,
+    fake_vllm::{server::SimServer, Fleet, SimConfig},
     store::{Store, StoreConfig},
-    vllm_sim::{server::SimServer, Fleet, SimConfig},
 };
 use tokio_util::sync::CancellationToken;
 

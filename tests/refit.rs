@@ -14,6 +14,7 @@ use foresight::{
     config::Settings,
     forecast::Regime,
     serve::engine::Engine,
+    serve::outcome::RefitError,
     serve::state::{Registry, WorkloadState},
     store::Store,
 };
@@ -102,7 +103,8 @@ fn stored_history_is_forecast_over_the_cold_start_look_ahead() {
     let silent = later + Duration::from_secs(3600);
     let s = tick_until(&mut engine, &registry, silent, |s| s.forecast_error.is_some());
     assert!(s.forecast.is_none());
-    let why = s.forecast_error.unwrap();
+    assert!(matches!(s.forecast_error, Some(RefitError::Silent { secs: 3600, .. })), "{:?}", s.forecast_error);
+    let why = s.forecast_error.unwrap().to_string();
     assert!(why.starts_with("no `concurrency` recorded in the last 3600 s"), "{why}");
 }
 
@@ -112,7 +114,7 @@ fn no_history_means_no_forecast_and_a_reason() {
     let now = SystemTime::now();
     store.set_latest(&format!("{KEY}/concurrency"), now, 10.0);
     let s = tick_until(&mut engine, &registry, now, |s| s.forecast_error.is_some());
-    assert_eq!(s.forecast_error.as_deref(), Some("no observed values in the series"));
+    assert_eq!(s.forecast_error.map(|e| e.to_string()).as_deref(), Some("no observed values in the series"));
     assert!(s.forecast.is_none());
     assert!(s.decision.is_some(), "the reactive decision stands without a forecast");
 }

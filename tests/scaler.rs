@@ -11,7 +11,9 @@ use foresight::{
     proto::{external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef},
     scaler,
     serve::engine::Engine,
+    serve::outcome::{NoBridge, NoDecision},
     serve::state::{Registry, WorkloadState},
+    sources::Signal,
 };
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -183,7 +185,13 @@ async fn without_a_decision_metrics_are_unavailable_but_the_spec_still_answers()
     let mut h = harness().await;
     republish(&h.registry, "llama-8b", |s| {
         s.decision = None;
-        s.error = Some("stale: the last `concurrency` reading is 95 s old (stale_after_secs 0.6)".into());
+        s.error = Some(NoDecision::Stale {
+            signal: Signal::Concurrency,
+            age_secs: 95.0,
+            stale_after_secs: 0.6,
+            cause: None,
+            bridge: NoBridge::Off,
+        });
     });
     let e = h
         .client

@@ -30,13 +30,13 @@ use std::{
 };
 
 use foresight::{
+    fake_vllm::{
+        server::{Mode, SimServer},
+        DemandConfig, Fleet, SimConfig,
+    },
     sources::{
         scrape::{DnsTargets, ScrapeConfig, Scraper, TargetError},
         Signal, Signals, SourceError,
-    },
-    vllm_sim::{
-        server::{Mode, SimServer},
-        DemandConfig, Fleet, SimConfig,
     },
 };
 use tokio_util::sync::CancellationToken;

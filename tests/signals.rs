@@ -10,8 +10,8 @@ use std::{
 
 use foresight::{
     config::Settings,
+    fake_vllm,
     serve::{engine::Engine, state::Registry},
-    vllm_sim,
 };
 
 #[test]
@@ -27,7 +27,7 @@ fn a_stale_reading_gives_no_decision_and_a_fresh_one_does() {
     let snap = registry.load();
     let s = snap.get("inference/llama-8b").unwrap();
     assert!(s.decision.is_none());
-    let why = s.error.as_deref().unwrap();
+    let why = s.error.as_ref().unwrap().to_string();
     assert!(why.starts_with("stale: the last `concurrency` reading is 95 s old"), "{why}");
     assert!(!snap.ready);
 
@@ -42,12 +42,12 @@ fn a_stale_reading_gives_no_decision_and_a_fresh_one_does() {
 #[test]
 fn the_fleet_replays_the_azure_trace_at_the_configured_rate() {
     let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/azure_llm_2023_conv_first3000.csv");
-    let config: vllm_sim::SimConfig = serde_yaml_ng::from_str(&format!(
+    let config: fake_vllm::SimConfig = serde_yaml_ng::from_str(&format!(
         "pods: 2\nmax_num_seqs: 1024\ndemand: {{requests_per_sec: 11, daily_amplitude: 0, weekend_factor: 1, trace_file: {}}}",
         trace.display()
     ))
     .unwrap();
-    let rows = vllm_sim::demand::load_trace(&trace).unwrap();
+    let rows = fake_vllm::demand::load_trace(&trace).unwrap();
     assert_eq!(rows.len(), 3_000);
     let trace_prompt_mean = rows.iter().map(|r| f64::from(r.1)).sum::<f64>() / rows.len() as f64;
     // The trace's own rate (it loops with one mean gap after its last request).
@@ -56,14 +56,14 @@ fn the_fleet_replays_the_azure_trace_at_the_configured_rate() {
     let expected = rows.iter().filter(|r| r.0 < 200.0 * speed).count();
 
     let origin = 1_800_000_000.0;
-    let mut arrivals = vllm_sim::demand::Arrivals::new(config.demand.clone(), Some(std::sync::Arc::new(rows)), origin);
+    let mut arrivals = fake_vllm::demand::Arrivals::new(config.demand.clone(), Some(std::sync::Arc::new(rows)), origin);
     let got: Vec<_> = std::iter::from_fn(|| arrivals.next_before(origin + 200.0)).collect();
     // 11 req/s is about twice the excerpt's own rate: it plays at double speed, request for request.
     assert!(got.len().abs_diff(expected) <= 1, "{} arrivals, the trace has {expected} in that span", got.len());
     let prompt_mean = got.iter().map(|r| f64::from(r.prompt_tokens)).sum::<f64>() / got.len() as f64;
     assert!((prompt_mean - trace_prompt_mean).abs() / trace_prompt_mean < 0.1, "{prompt_mean} vs {trace_prompt_mean}");
 
-    let mut fleet = vllm_sim::Fleet::from_config(config, origin).unwrap();
+    let mut fleet = fake_vllm::Fleet::from_config(config, origin).unwrap();
     fleet.advance_to(origin + 200.0);
     let finished: u64 = fleet.pods().iter().map(|p| p.metrics().success_stop + p.metrics().success_length).sum();
     let in_flight: u64 = fleet.pods().iter().map(|p| u64::from(p.metrics().running + p.metrics().waiting)).sum();

@@ -206,7 +206,10 @@ pub async fn forecast(
         )));
     }
     let Some(f) = w.forecast.as_ref() else {
-        let why = w.forecast_error.as_deref().unwrap_or("the first refit has not finished");
+        let why = w
+            .forecast_error
+            .as_ref()
+            .map_or_else(|| "the first refit has not finished".to_string(), ToString::to_string);
         return Err(Problem::not_found(format!("no forecast for `{name}` yet: {why}")));
     };
     let step = f.step_secs.max(1);

@@ -268,14 +268,14 @@ async fn cluster_loop(
                         v.actuation = actuate::run(c, &k.actuation, plan.as_deref(), k.timeout).await;
                     }
                     for ch in &v.actuation {
-                        match ch.action.as_str() {
-                            "patched" | "would-patch" => {
-                                info!(object = %ch.object, pool = %ch.pool, current = ?ch.current, desired = ?ch.desired, action = %ch.action, "actuation")
+                        match ch.action {
+                            actuate::Action::Patched | actuate::Action::WouldPatch => {
+                                info!(object = %ch.object, pool = %ch.pool, current = ?ch.current, desired = ?ch.desired, action = ch.action.as_str(), "actuation")
                             }
-                            "failed" => {
+                            actuate::Action::Failed => {
                                 warn!(object = %ch.object, pool = %ch.pool, error = ?ch.error, "actuation failed")
                             }
-                            _ => {}
+                            actuate::Action::Unchanged => {}
                         }
                     }
                     let errors: Vec<String> =

@@ -1,5 +1,5 @@
 //! `foresight simulate`: load a trace, build the policies, run them side by
-//! side and print the comparison. The I/O edge around [`crate::sim`].
+//! side and print the comparison. The I/O edge around [`crate::replay`].
 
 use std::{io::Write, path::PathBuf, time::Duration};
 
@@ -12,12 +12,12 @@ use serde::Serialize;
 use crate::{
     cli::forecast::{read_csv, CsvInput},
     config::load_profile,
-    sim::{
+    fake_vllm::demand::load_trace,
+    replay::{
         self,
         policy::{Policy, Predictive, PredictiveConfig, Reactive, ReactiveSignal, Static},
         Capacity, Demand, HpaConfig, Oracle, Pool, Run, SimConfig, Synthetic, TokenMix,
     },
-    vllm_sim::demand::load_trace,
 };
 
 /// Which policy to run.
@@ -158,7 +158,7 @@ struct Summary<'a> {
     capacity: &'a Capacity,
     pool: &'a Pool,
     sim: &'a SimConfig,
-    reports: Vec<&'a sim::Report>,
+    reports: Vec<&'a replay::Report>,
 }
 
 /// Run the comparison and print a table (or JSON) to `out`.
@@ -287,7 +287,7 @@ pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<
             .map(|(mut p, c)| {
                 let (window, history, cap, pool, bar) = (&window, &history, &cap, &pool, &bar);
                 s.spawn(move || {
-                    sim::simulate(window, history, cap, pool, &c, p.as_mut(), &mut |_| bar.inc(1))
+                    replay::simulate(window, history, cap, pool, &c, p.as_mut(), &mut |_| bar.inc(1))
                         .map_err(anyhow::Error::from)
                 })
             })
@@ -363,7 +363,7 @@ fn load_servegen(
         .iter()
         .map(|(c, p)| {
             let body = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Ok(sim::servegen::parse_client(c, &body)?)
+            Ok(replay::servegen::parse_client(c, &body)?)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let model = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
@@ -371,7 +371,7 @@ fn load_servegen(
     let mix = match means.as_ref().filter(|p| p.exists()) {
         Some(p) => {
             let body = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            sim::servegen::token_mix(&body, &model, &clients)?
+            replay::servegen::token_mix(&body, &model, &clients)?
         }
         None => None,
     };
@@ -379,7 +379,7 @@ fn load_servegen(
         tracing::warn!(model, "no ServeGen token means for these clients: using the Azure conversation mix");
         TokenMix::azure_conversation()
     });
-    let gaps = sim::servegen::fill_gaps(&mut clients);
+    let gaps = replay::servegen::fill_gaps(&mut clients);
     if gaps > 0 {
         tracing::warn!(
             model,
@@ -388,7 +388,7 @@ fn load_servegen(
         );
         eprintln!("note: {gaps} ten-minute windows with no traffic from any of the {} clients were taken as collection gaps and filled from the same window a day earlier", clients.len());
     }
-    let demand = sim::servegen::demand(&clients, SERVEGEN_START, peak_rps, mix, seed)?;
+    let demand = replay::servegen::demand(&clients, SERVEGEN_START, peak_rps, mix, seed)?;
     let name = if clients.len() == 1 {
         format!("servegen {model} client {}", clients[0].client)
     } else {

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::Settings,
+    fake_vllm::{render, server::SimServer, Fleet, SimConfig},
     store::{Store, StoreConfig},
-    vllm_sim::{render, server::SimServer, Fleet, SimConfig},
     workload::series,
 };
 

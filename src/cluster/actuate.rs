@@ -54,6 +54,31 @@ pub struct Actuation {
     pub targets: Vec<ActuationTarget>,
 }
 
+/// What actuation did to one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// Already at the plan's count.
+    Unchanged,
+    /// Dry-run: a patch to the plan's count would be sent.
+    WouldPatch,
+    Patched,
+    /// Not read or not written; `Change::error` says why.
+    Failed,
+}
+
+impl Action {
+    /// The name the API and logs use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Unchanged => "unchanged",
+            Action::WouldPatch => "would-patch",
+            Action::Patched => "patched",
+            Action::Failed => "failed",
+        }
+    }
+}
+
 /// One object's `spec.replicas`: what it is, what the plan wants, what was done.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Change {
@@ -62,8 +87,7 @@ pub struct Change {
     pub field: String,
     pub current: Option<u32>,
     pub desired: Option<u32>,
-    /// `unchanged`, `would-patch` (dry-run), `patched`, or `failed`.
-    pub action: String,
+    pub action: Action,
     pub error: Option<String>,
 }
 
@@ -85,7 +109,7 @@ pub async fn run(client: &Client, a: &Actuation, plan: Option<&Plan>, timeout: s
             field: "spec.replicas".into(),
             current: None,
             desired: desired(plan, t),
-            action: "failed".into(),
+            action: Action::Failed,
             error: None,
         };
         let Some(want) = c.desired else {
@@ -117,9 +141,9 @@ pub async fn run(client: &Client, a: &Actuation, plan: Option<&Plan>, timeout: s
             Ok(cur) => {
                 c.current = Some(cur);
                 if cur == want {
-                    c.action = "unchanged".into();
+                    c.action = Action::Unchanged;
                 } else if a.mode == ActuationMode::DryRun {
-                    c.action = "would-patch".into();
+                    c.action = Action::WouldPatch;
                 } else {
                     let patch = Patch::Merge(serde_json::json!({"spec": {"replicas": want}}));
                     let pp = PatchParams::default();
@@ -130,7 +154,7 @@ pub async fn run(client: &Client, a: &Actuation, plan: Option<&Plan>, timeout: s
                         }
                     };
                     match res {
-                        Ok(()) => c.action = "patched".into(),
+                        Ok(()) => c.action = Action::Patched,
                         Err((_, e)) => c.error = Some(e),
                     }
                 }

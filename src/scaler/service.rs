@@ -51,7 +51,7 @@ fn lookup<'a>(snap: &'a Snapshot, q: &Query) -> Result<&'a Arc<WorkloadState>, S
 
 fn decision(s: &WorkloadState) -> Result<&Decision, Status> {
     s.decision.as_ref().ok_or_else(|| {
-        let why = s.error.as_deref().unwrap_or("no signal has been read yet");
+        let why = s.error.as_ref().map_or_else(|| "no signal has been read yet".to_string(), ToString::to_string);
         Status::unavailable(format!("no decision for workload `{}/{}`: {why}", s.namespace, s.name))
     })
 }

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
+    fake_vllm::{server::SimServer, Fleet},
     sources::{
         health::{EmptyQuery, SourceHealth},
         prometheus::{self, bucket_values, chunks, PrometheusConfig},
@@ -22,7 +23,6 @@ use crate::{
     },
     store::Store,
     telemetry::Throttle,
-    vllm_sim::{server::SimServer, Fleet},
     workload::{pods_series, series, Workload},
 };
 

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{
+    outcome::{NoBridge, NoDecision, Unusable},
     refit::{ForecastView, Refitter},
     state::{PoolState, Registry, SignalReading, WorkloadState},
 };
@@ -184,29 +185,25 @@ impl Engine {
             }
             // What the source knows about a missing target signal, once it has been missing as long as
             // it takes to go stale.
-            let cause = slot
-                .state
-                .source
-                .as_ref()
-                .and_then(|h| h.explain(w.target.signal, now, w.stale_after.as_secs_f64()))
-                .map(|c| format!(": {c}"))
-                .unwrap_or_default();
+            let cause = || {
+                slot.state.source.as_ref().and_then(|h| h.explain(w.target.signal, now, w.stale_after.as_secs_f64()))
+            };
             let mut forecast_only = false;
             let decided = match slot.state.signals.get(&w.target.signal) {
-                None => Err(format!("no `{}` reading yet{cause}", w.target.signal)),
+                None => Err(NoDecision::NoReading { signal: w.target.signal, cause: cause() }),
                 Some(r) if r.age_secs > w.stale_after.as_secs_f64() => {
-                    let why = format!(
-                        "stale: the last `{}` reading is {:.0} s old (stale_after_secs {}){cause}",
-                        w.target.signal,
-                        r.age_secs,
-                        w.stale_after.as_secs_f64()
-                    );
                     match blind_decision(w, &slot.state, r.age_secs, &self.sizing, &mut slot.stabiliser, now) {
                         Ok(d) => {
                             forecast_only = true;
                             Ok(d)
                         }
-                        Err(no) => Err(format!("{why}; {no}")),
+                        Err(bridge) => Err(NoDecision::Stale {
+                            signal: w.target.signal,
+                            age_secs: r.age_secs,
+                            stale_after_secs: w.stale_after.as_secs_f64(),
+                            cause: cause(),
+                            bridge,
+                        }),
                     }
                 }
                 Some(r) => {
@@ -230,7 +227,7 @@ impl Engine {
                 // Shadow mode tells KEDA the reactive answer, and there is none on stale data.
                 (true, Ok(_), _) if forecast_only => {
                     slot.state.shadow = None;
-                    Err("stale target signal; in shadow mode KEDA gets only reactive answers, so none".to_string())
+                    Err(NoDecision::ShadowStale)
                 }
                 (true, Ok(d), Some(v)) if d.policy == Policy::Predictive => {
                     slot.state.shadow = Some(d);
@@ -263,7 +260,7 @@ impl Engine {
                     slot.state.error = None;
                 }
                 Err(why) => {
-                    if slot.state.error.as_deref() != Some(why.as_str()) {
+                    if !slot.state.error.as_ref().is_some_and(|was| was.same_kind(&why)) {
                         warn!(workload = %key, reason = %why, "no decision; the scaler answers UNAVAILABLE so KEDA's fallback applies");
                     }
                     // No answer beats an old one presented as current.
@@ -349,7 +346,7 @@ impl Engine {
                     slot.refit_due = Some(now + interval);
                 }
                 Err(why) => {
-                    if slot.state.forecast_error.as_deref() != Some(why.as_str()) {
+                    if slot.state.forecast_error.as_ref() != Some(&why) {
                         warn!(workload = %done.key, reason = %why, "no forecast; decisions stay reactive");
                     }
                     // No forecast beats an old one presented as current.
@@ -424,7 +421,7 @@ fn unix(t: SystemTime) -> f64 {
 }
 
 /// The reactive rule on the live target reading.
-fn reactive_decision(w: &Workload, live: f64) -> Result<Decision, String> {
+fn reactive_decision(w: &Workload, live: f64) -> Result<Decision, NoDecision> {
     reactive::decide(reactive::Input {
         signal: live,
         per_replica: w.target.per_replica,
@@ -432,7 +429,7 @@ fn reactive_decision(w: &Workload, live: f64) -> Result<Decision, String> {
         max_replicas: w.max_replicas,
         activation_threshold: w.activation_threshold,
     })
-    .ok_or_else(|| format!("unusable `{}` reading {live}", w.target.signal))
+    .ok_or(NoDecision::UnusableReading { signal: w.target.signal, value: live })
 }
 
 /// One workload's decision from its fresh target reading `live`: predictive
@@ -445,7 +442,7 @@ fn decide(
     stab: &mut Stabiliser,
     headroom: f64,
     now: SystemTime,
-) -> Result<Decision, String> {
+) -> Result<Decision, NoDecision> {
     let reactive = || reactive_decision(w, live);
     if sizing.policy == Policy::Reactive {
         return reactive();
@@ -453,7 +450,7 @@ fn decide(
     let window = sizing.scale_down_stabilization.as_secs_f64();
     let now_secs = unix(now);
     let why_not = match state.forecast.as_deref() {
-        None => state.forecast_error.clone().unwrap_or_else(|| "no forecast yet".into()),
+        None => state.forecast_error.clone().map_or(Unusable::NotYet, Unusable::Refit),
         Some(f) => match forecast_from_now(f, sizing.quantile, now_secs) {
             Err(why) => why,
             Ok(values) => {
@@ -465,7 +462,7 @@ fn decide(
                 input.generation_tokens_per_sec = reading(Signal::GenerationTokensRate);
                 match predictive::decide(&input, stab, now_secs, window, &w.profile.name) {
                     Some(o) => return Ok(o.into()),
-                    None => "the forecast or a reading is unusable (NaN or negative)".into(),
+                    None => Unusable::NotFinite,
                 }
             }
         },
@@ -494,22 +491,22 @@ fn blind_decision(
     sizing: &SizingSettings,
     stab: &mut Stabiliser,
     now: SystemTime,
-) -> Result<Decision, String> {
+) -> Result<Decision, NoBridge> {
     let bound = sizing.forecast_only.as_secs_f64();
     let blind_for = age_secs - w.stale_after.as_secs_f64();
     if sizing.policy != Policy::Predictive || bound <= 0.0 {
-        return Err("no forecast-only bridge (sizing.forecast_only_secs 0 or reactive policy)".into());
+        return Err(NoBridge::Off);
     }
     if blind_for > bound {
-        return Err(format!("past the {bound:.0} s a forecast may stand in for it (sizing.forecast_only_secs)"));
+        return Err(NoBridge::Expired { bound_secs: bound });
     }
-    let last = state.decision.as_ref().ok_or("no earlier decision to hold")?;
-    let f = state.forecast.as_deref().ok_or("no forecast to bridge with")?;
+    let last = state.decision.as_ref().ok_or(NoBridge::NoEarlierDecision)?;
+    let f = state.forecast.as_deref().ok_or(NoBridge::NoForecast)?;
     let values = forecast_from_now(f, sizing.quantile, unix(now))?;
     // No live reading, queue or token rate: the forecast alone.
     let input = predictive_input(w, sizing, f, values);
     let window = sizing.scale_down_stabilization.as_secs_f64();
-    let o = predictive::decide(&input, stab, unix(now), window, &w.profile.name).ok_or("the forecast is unusable")?;
+    let o = predictive::decide(&input, stab, unix(now), window, &w.profile.name).ok_or(NoBridge::NotFinite)?;
     let mut d: Decision = o.into();
     if last.desired_replicas > d.desired_replicas {
         d.desired_replicas = last.desired_replicas;
@@ -551,16 +548,12 @@ fn predictive_input<'a>(
 }
 
 /// The forecast's `quantile` values from the step that contains `now` on.
-fn forecast_from_now(f: &ForecastView, quantile: f64, now_secs: f64) -> Result<&[f64], String> {
-    let q = f
-        .quantiles
-        .iter()
-        .find(|q| (q.quantile - quantile).abs() < 1e-9)
-        .ok_or_else(|| format!("the forecast has no p{:.0}", quantile * 100.0))?;
+fn forecast_from_now(f: &ForecastView, quantile: f64, now_secs: f64) -> Result<&[f64], Unusable> {
+    let q = f.quantiles.iter().find(|q| (q.quantile - quantile).abs() < 1e-9).ok_or(Unusable::NoQuantile(quantile))?;
     let step = f.step_secs.max(1) as f64;
     let k0 = ((now_secs - f.start_unix as f64) / step).floor().max(0.0) as usize;
     if k0 >= q.values.len() {
-        return Err(format!("the forecast fitted at {} has run out", f.fitted_at));
+        return Err(Unusable::RunOut { fitted_at: f.fitted_at.clone() });
     }
     Ok(&q.values[k0..])
 }

@@ -2,9 +2,11 @@
 //! each workload's source into the store ([`collector`]), the control loop
 //! reads the store every tick, decides and publishes ([`engine`]), forecasts
 //! are refitted off the tick ([`refit`]), and the published answers sit in a
-//! lock-free registry the scaler and the HTTP API read ([`state`]).
+//! lock-free registry the scaler and the HTTP API read ([`state`]). Why a
+//! tick has no decision, or no usable forecast, is typed in [`outcome`].
 
 pub mod collector;
 pub mod engine;
+pub mod outcome;
 pub mod refit;
 pub mod state;

@@ -24,6 +24,7 @@ use crate::{
         auto::{Choice, Selection},
         Forecaster, ForecasterConfig, QuantileForecast, Regime, Seasons, Series,
     },
+    serve::outcome::RefitError,
     sources::Signal,
     store::Store,
     time::rfc3339,
@@ -64,7 +65,7 @@ pub struct ForecastView {
 }
 
 /// What a workload's latest refit gave.
-pub type Outcome = Result<Arc<ForecastView>, String>;
+pub type Outcome = Result<Arc<ForecastView>, RefitError>;
 
 struct Job {
     id: u64,
@@ -102,7 +103,7 @@ impl Refitter {
                 let outcome = panic::catch_unwind(AssertUnwindSafe(|| refit(&store, &job, &mut selections)))
                     .unwrap_or_else(|_| {
                         selections.remove(&key);
-                        Err("the forecaster panicked on this history (a bug; please report it)".into())
+                        Err(RefitError::Panicked)
                     });
                 match &outcome {
                     Ok(f) => debug!(workload = %key, model = %f.model, regime = f.regime.as_str(), fit_ms = f.fit_ms, "forecast refitted"),
@@ -160,29 +161,23 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
     let step = store.resolution();
     let from = job.now.checked_sub(job.settings.history).unwrap_or(UNIX_EPOCH);
     let history =
-        store.range(&series(&job.key, job.signal), from, job.now).map_err(|e| format!("reading history: {e}"))?;
+        store.range(&series(&job.key, job.signal), from, job.now).map_err(|e| RefitError::History(e.to_string()))?;
     let step_secs = step.as_secs().max(1) as i64;
-    let start =
-        history.start.duration_since(UNIX_EPOCH).map_err(|_| "history starts before 1970".to_string())?.as_secs();
+    let start = history.start.duration_since(UNIX_EPOCH).map_err(|_| RefitError::BeforeEpoch)?.as_secs();
     let horizon = ((job.lead_secs / step_secs as f64).ceil() as usize).max(1);
     let s = Series { start: start as i64, step: step_secs, values: history.values };
     // A signal that stopped reporting is not forecast from its last value.
     let silent = s.values.iter().rev().take_while(|v| !v.is_finite()).count();
     if silent > horizon.max(2) && silent < s.len() {
-        return Err(format!(
-            "no `{}` recorded in the last {} s: not forecasting from stale history",
-            job.signal,
-            silent as i64 * step_secs
-        ));
+        return Err(RefitError::Silent { signal: job.signal, secs: silent as i64 * step_secs });
     }
-    let seasons = Seasons::new(job.settings.seasons.clone()).map_err(|e| e.to_string())?;
+    let seasons = Seasons::new(job.settings.seasons.clone())?;
     let forecaster = Forecaster::new(ForecasterConfig {
         seasons: Some(seasons),
         origins: job.settings.origins,
         quantiles: job.settings.quantiles.clone(),
         ..ForecasterConfig::default()
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let key = SelectionKey { signal: job.signal, horizon, settings: job.settings.as_ref().clone() };
     let choice = match selections.get(&job.key) {
         Some((made_for, sel, at))
@@ -197,7 +192,7 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
         Ok(f) => f,
         Err(e) => {
             selections.remove(&job.key);
-            return Err(e.to_string());
+            return Err(e.into());
         }
     };
     let selected_at = match selections.get(&job.key) {

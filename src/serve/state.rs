@@ -18,7 +18,10 @@ use tokio::sync::watch;
 
 use crate::{
     capacity::{Plan, Pool, PoolPlan, Reservation, WorkloadPlan},
-    serve::refit::ForecastView,
+    serve::{
+        outcome::{ser_display, NoDecision, RefitError},
+        refit::ForecastView,
+    },
     sizing::reactive::Decision,
     sources::{health::SourceStatus, Signal},
     workload::Workload,
@@ -53,7 +56,9 @@ pub struct WorkloadState {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub decided_at: Option<SystemTime>,
     /// Why the latest poll gave no decision, if it did not.
-    pub error: Option<String>,
+    #[serde(serialize_with = "ser_display")]
+    #[schema(value_type = Option<String>)]
+    pub error: Option<NoDecision>,
     /// Set while the target signal is stale and the answer comes from the last good forecast alone.
     pub forecast_only: bool,
     /// The latest forecast of the target signal over the cold-start look-ahead
@@ -61,7 +66,9 @@ pub struct WorkloadState {
     #[schema(value_type = Option<ForecastView>)]
     pub forecast: Option<Arc<ForecastView>>,
     /// Why the latest refit gave no forecast (e.g. no history yet, or the signal went silent); `forecast` is then `None`.
-    pub forecast_error: Option<String>,
+    #[serde(serialize_with = "ser_display")]
+    #[schema(value_type = Option<String>)]
+    pub forecast_error: Option<RefitError>,
     /// Where the node plan puts this workload's replicas (with `pools` configured).
     pub placement: Option<WorkloadPlan>,
 }

@@ -78,28 +78,41 @@ pub struct EmptyQuery {
 impl SourceStatus {
     /// Why `signal` has no usable reading, as far as the source knows:
     /// e.g. the query that has matched nothing for `min_secs` or longer.
-    pub fn explain(&self, signal: Signal, now: SystemTime, min_secs: f64) -> Option<String> {
+    pub fn explain(&self, signal: Signal, now: SystemTime, min_secs: f64) -> Option<SourceCause> {
         if let Some(e) = self.empty_queries.get(&signal) {
             let secs = now.duration_since(e.since).unwrap_or_default().as_secs_f64();
             if secs >= min_secs {
-                return Some(format!(
-                    "the query `{}` has matched no series for {secs:.0} s (check the metric names and `selector`)",
-                    e.query
-                ));
+                return Some(SourceCause::EmptyQuery { query: e.query.clone(), secs });
             }
         }
         let (Some(targets), Some(answered)) = (self.targets, self.answered) else { return None };
-        if answered < targets || self.asleep.is_some_and(|a| a > 0) {
-            let failed: Vec<String> = self.failures.iter().map(|(why, n)| format!("{n} {why}")).collect();
-            let mut out = format!("{answered} of {targets} scrape targets answered");
-            if !failed.is_empty() {
-                out.push_str(&format!(" ({})", failed.join(", ")));
-            }
-            if let Some(a) = self.asleep.filter(|a| *a > 0) {
-                out.push_str(&format!("; {a} asleep"));
-            }
-            return Some(out);
+        let asleep = self.asleep.filter(|a| *a > 0);
+        if answered < targets || asleep.is_some() {
+            return Some(SourceCause::Targets { answered, targets, failures: self.failures.clone(), asleep });
         }
         None
     }
+}
+
+/// What the source knows about a signal that has no usable reading.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SourceCause {
+    /// A Prometheus query has matched no series for `secs`: a wrong metric name or selector, not a slow source.
+    #[error("the query `{query}` has matched no series for {secs:.0} s (check the metric names and `selector`)")]
+    EmptyQuery { query: String, secs: f64 },
+    /// Some scrape targets failed (counted by why) or are asleep.
+    #[error("{answered} of {targets} scrape targets answered{}{}", failed(.failures), asleep_note(*.asleep))]
+    Targets { answered: u32, targets: u32, failures: BTreeMap<String, u32>, asleep: Option<u32> },
+}
+
+fn failed(failures: &BTreeMap<String, u32>) -> String {
+    if failures.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = failures.iter().map(|(why, n)| format!("{n} {why}")).collect();
+    format!(" ({})", each.join(", "))
+}
+
+fn asleep_note(asleep: Option<u32>) -> String {
+    asleep.map(|a| format!("; {a} asleep")).unwrap_or_default()
 }

@@ -5,7 +5,7 @@
 //!   parses the text, [`vllm`] turns readings into signals);
 //! - [`prometheus`]: a Prometheus-compatible HTTP API, with backfill;
 //! - `simulated`: simulated vLLM pods started in-process
-//!   ([`crate::vllm_sim`]) and scraped over HTTP like real ones.
+//!   ([`crate::fake_vllm`]) and scraped over HTTP like real ones.
 //!
 //! The set of sources is a closed enum: each variant is a small typed config.
 
@@ -184,7 +184,7 @@ pub enum SourceConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SimulatedConfig {
-    pub fleet: crate::vllm_sim::SimConfig,
+    pub fleet: crate::fake_vllm::SimConfig,
     #[serde(default = "default_sim_interval_secs")]
     pub interval_secs: f64,
     /// Seconds of the fleet's past written into the store at start (gaps

@@ -10,7 +10,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{exposition, vllm, Signals};
-use crate::vllm_sim::{render, Fleet};
+use crate::fake_vllm::{render, Fleet};
 
 /// Run `fleet` (built with its origin at `from`) to `to`, reading its
 /// signals once per `step` seconds. Element `k` holds what a scrape at the
@@ -63,7 +63,7 @@ pub(crate) fn bucket_start(t: SystemTime, resolution: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{sources::Signal, vllm_sim::SimConfig};
+    use crate::{fake_vllm::SimConfig, sources::Signal};
 
     fn fleet(origin: f64) -> Fleet {
         let cfg: SimConfig = serde_yaml_ng::from_str(

@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::SimError;
-use crate::{forecast::Series, vllm_sim::demand::TraceRow};
+use crate::{fake_vllm::demand::TraceRow, forecast::Series};
 
 /// Expected arrivals, minute by minute, and what a request asks for.
 #[derive(Debug, Clone, PartialEq, Serialize)]

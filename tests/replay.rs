@@ -4,7 +4,7 @@
 use crate::common;
 
 use foresight::{
-    sim::{
+    replay::{
         policy::{Fixed, Policy, Predictive, PredictiveConfig, Reactive, ReactiveSignal, Static},
         simulate, Capacity, Demand, Oracle, Pool, Run, SimConfig, Synthetic, TokenMix,
     },
