@@ -1,10 +1,18 @@
 //! Foresight: a predictive autoscaler for LLM inference on Kubernetes.
 //!
 //! Data flows `sources` (pull signals) -> `store` (history) -> `forecast`
-//! (refitted in the background by `refit`) -> `engine` (decide each tick,
-//! using `sizing`) -> `state` (precomputed answers) -> `scaler` (KEDA gRPC)
-//! and `api` (HTTP). `config` is the one typed, validated input. `replay`
-//! replays demand traces against policies, using the same decision code.
+//! (refitted in the background by `serve::refit`) -> `serve::engine` (decide
+//! each tick, using `sizing` and `capacity`) -> `serve::state` (precomputed
+//! answers) -> `scaler` (KEDA gRPC) and `api` (HTTP). `config` is the one
+//! typed, validated input and `workload` the unit every stage takes. Beside
+//! the flow, `replay` replays demand traces against policies with the same
+//! decision code, and `fake_vllm` serves simulated vLLM pods.
+//!
+//! `pub` marks what the binary, the integration tests and the benches use;
+//! the rest is `pub(crate)`, and `unreachable_pub` keeps a stray `pub` from
+//! creeping back in.
+
+#![warn(unreachable_pub)]
 
 pub mod api;
 pub mod capacity;

@@ -15,13 +15,13 @@ use tracing_subscriber::{fmt, EnvFilter};
 
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
 
 /// Install the global subscriber. Safe to call more than once (tests).
-pub fn init(format: LogFormat) {
+pub(crate) fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
@@ -55,7 +55,7 @@ fn split_key(workload_key: &str) -> Labels {
 }
 
 /// Making history durable failed (disk full, read-only, I/O error); it is retried.
-pub fn flush_error() {
+pub(crate) fn flush_error() {
     COUNTERS.flush_errors.inc();
 }
 
@@ -75,7 +75,7 @@ pub fn grpc_call(method: &'static str, code: tonic::Code, took: std::time::Durat
 }
 
 /// Register the process counters (names as exposed, `foresight_` included).
-pub fn register(registry: &mut Registry) {
+pub(crate) fn register(registry: &mut Registry) {
     registry.register(
         "foresight_source_errors",
         "Failed source polls and queries (scrapes with no target answering, Prometheus errors)",

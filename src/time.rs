@@ -11,7 +11,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 }
 
 /// Serialize Unix seconds as RFC 3339 (`#[serde(serialize_with = "crate::time::ser_unix")]`).
-pub fn ser_unix<S: serde::Serializer>(t: &i64, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn ser_unix<S: serde::Serializer>(t: &i64, s: S) -> Result<S::Ok, S::Error> {
     let at = if *t >= 0 {
         SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(*t as u64)
     } else {
@@ -23,11 +23,11 @@ pub fn ser_unix<S: serde::Serializer>(t: &i64, s: S) -> Result<S::Ok, S::Error> 
 /// `secs` clamped to [lo, hi] as a Duration; NaN gives `lo`. For config
 /// values whose range is reported as a problem separately: turning a bad
 /// value into a Duration must not panic before that report is made.
-pub fn secs_within(secs: f64, lo: f64, hi: f64) -> std::time::Duration {
+pub(crate) fn secs_within(secs: f64, lo: f64, hi: f64) -> std::time::Duration {
     std::time::Duration::from_secs_f64(if secs.is_nan() { lo } else { secs.clamp(lo, hi) })
 }
 
 /// Serialize a `SystemTime` as RFC 3339 (`#[serde(serialize_with = "crate::time::ser_system_time")]`).
-pub fn ser_system_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn ser_system_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&rfc3339(*t))
 }

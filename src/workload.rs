@@ -14,40 +14,40 @@ use crate::{
 };
 
 /// Trigger metadata key naming the workload a ScaledObject scales.
-pub const KEY_WORKLOAD: &str = "workload";
+pub(crate) const KEY_WORKLOAD: &str = "workload";
 /// Trigger metadata key for its namespace (default: the ScaledObject's).
-pub const KEY_NAMESPACE: &str = "namespace";
+pub(crate) const KEY_NAMESPACE: &str = "namespace";
 
 /// One workload Foresight sizes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workload {
-    pub name: String,
-    pub namespace: String,
-    pub profile: Profile,
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) profile: Profile,
     pub min_replicas: u32,
-    pub max_replicas: u32,
-    pub signals: Vec<Signal>,
-    pub target: Target,
-    pub activation_threshold: f64,
+    pub(crate) max_replicas: u32,
+    pub(crate) signals: Vec<Signal>,
+    pub(crate) target: Target,
+    pub(crate) activation_threshold: f64,
     /// Signals older than this give no decision.
-    pub stale_after: Duration,
-    pub source: SourceConfig,
+    pub(crate) stale_after: Duration,
+    pub(crate) source: SourceConfig,
     /// Forecast-only: KEDA gets the reactive answer, the predictive one is reported beside it.
-    pub shadow: bool,
+    pub(crate) shadow: bool,
     /// Shape fields stated in config, which win over the cluster's and the profile's.
-    pub shape: Option<StatedShape>,
+    pub(crate) shape: Option<StatedShape>,
 }
 
 /// The signal a workload is sized on, and how much of it one replica handles.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Target {
-    pub signal: Signal,
-    pub per_replica: f64,
+pub(crate) struct Target {
+    pub(crate) signal: Signal,
+    pub(crate) per_replica: f64,
 }
 
 impl Workload {
     /// The shape from config alone: the profile's, under the workload's own `shape:` fields.
-    pub fn config_shape(&self) -> Shape {
+    pub(crate) fn config_shape(&self) -> Shape {
         let mut s = self.profile.shape();
         if let Some(o) = &self.shape {
             if let Some(g) = &o.gpu_type {
@@ -66,7 +66,7 @@ impl Workload {
 }
 
 /// The lookup key of a workload.
-pub fn workload_key(namespace: &str, name: &str) -> String {
+pub(crate) fn workload_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
@@ -74,17 +74,17 @@ pub fn workload_key(namespace: &str, name: &str) -> String {
 /// cluster's and the profile's.
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct StatedShape {
+pub(crate) struct StatedShape {
     #[serde(default)]
-    pub gpu_type: Option<String>,
+    pub(crate) gpu_type: Option<String>,
     #[serde(default)]
-    pub gpus_per_replica: Option<u32>,
+    pub(crate) gpus_per_replica: Option<u32>,
     #[serde(default)]
-    pub nodes_per_replica: Option<u32>,
+    pub(crate) nodes_per_replica: Option<u32>,
 }
 
 /// The store series of a workload's signal: `namespace/name/signal`.
-pub fn series(workload_key: &str, signal: Signal) -> String {
+pub(crate) fn series(workload_key: &str, signal: Signal) -> String {
     format!("{workload_key}/{signal}")
 }
 

@@ -21,7 +21,7 @@ use super::problem::Problem;
 use crate::config::{HttpSettings, Secret};
 
 /// Largest request body accepted.
-pub const MAX_BODY_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// Wrap `router` in the guards `settings` ask for.
 pub fn guard(router: Router, settings: &HttpSettings) -> Router {

@@ -46,7 +46,7 @@ impl Exposition {
     }
 }
 
-pub async fn serve(State(s): State<ApiState>) -> impl IntoResponse {
+pub(crate) async fn serve(State(s): State<ApiState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.render())
 }
 

@@ -8,9 +8,9 @@
 
 pub mod guard;
 pub mod metrics;
-pub mod problem;
+pub(crate) mod problem;
 mod ui;
-pub mod workloads;
+pub(crate) mod workloads;
 
 use std::sync::Arc;
 
@@ -33,9 +33,9 @@ use problem::Problem;
 
 /// What handlers share.
 #[derive(Clone)]
-pub struct ApiState {
-    pub registry: Arc<Registry>,
-    pub store: Arc<Store>,
+pub(crate) struct ApiState {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) store: Arc<Store>,
     metrics: Arc<metrics::Exposition>,
 }
 
@@ -55,7 +55,7 @@ pub struct ApiState {
     ),
     components(schemas(Problem))
 )]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 /// The HTTP routes, as a value (testable with `tower::ServiceExt::oneshot`).
 pub fn router(registry: Arc<Registry>, store: Arc<Store>) -> Router {
@@ -93,14 +93,14 @@ async fn readyz(State(s): State<ApiState>) -> impl IntoResponse {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct PoolList {
-    pub pools: Vec<PoolState>,
+pub(crate) struct PoolList {
+    pub(crate) pools: Vec<PoolState>,
 }
 
 /// Pools, their reservations, and the plan's use of them: the desired
 /// CapacityBuffer / balloon count is `capacity_buffer_replicas`.
 #[utoipa::path(get, path = "/api/v1/pools", tag = "capacity", responses((status = 200, body = PoolList)))]
-pub async fn pools(State(s): State<ApiState>) -> Json<PoolList> {
+pub(crate) async fn pools(State(s): State<ApiState>) -> Json<PoolList> {
     let snap = s.registry.load();
     Json(PoolList { pools: snap.pools().into_iter().map(|p| p.as_ref().clone()).collect() })
 }
@@ -109,7 +109,7 @@ pub async fn pools(State(s): State<ApiState>) -> Json<PoolList> {
 #[utoipa::path(get, path = "/api/v1/plan", tag = "capacity",
     responses((status = 200, body = Plan),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "No pools are configured")))]
-pub async fn plan(State(s): State<ApiState>) -> Result<impl IntoResponse, Problem> {
+pub(crate) async fn plan(State(s): State<ApiState>) -> Result<impl IntoResponse, Problem> {
     let snap = s.registry.load();
     let plan = snap.plan.clone().ok_or_else(|| Problem::not_found("no node plan: no `pools` are configured"))?;
     Ok(([(header::CACHE_CONTROL, "no-store")], Json(plan.as_ref().clone())))

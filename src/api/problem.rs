@@ -9,19 +9,19 @@ use serde::Serialize;
 
 /// An API error.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct Problem {
+pub(crate) struct Problem {
     /// Always `about:blank`: the status says what kind of problem it is.
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
     /// The status's reason phrase.
-    pub title: String,
-    pub status: u16,
+    pub(crate) title: String,
+    pub(crate) status: u16,
     /// What was wrong with this request, and what would be accepted.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 impl Problem {
-    pub fn new(status: StatusCode, detail: impl Into<String>) -> Problem {
+    pub(crate) fn new(status: StatusCode, detail: impl Into<String>) -> Problem {
         Problem {
             kind: "about:blank",
             title: status.canonical_reason().unwrap_or("Error").to_string(),
@@ -30,11 +30,11 @@ impl Problem {
         }
     }
 
-    pub fn bad_request(detail: impl Into<String>) -> Problem {
+    pub(crate) fn bad_request(detail: impl Into<String>) -> Problem {
         Problem::new(StatusCode::BAD_REQUEST, detail)
     }
 
-    pub fn not_found(detail: impl Into<String>) -> Problem {
+    pub(crate) fn not_found(detail: impl Into<String>) -> Problem {
         Problem::new(StatusCode::NOT_FOUND, detail)
     }
 }

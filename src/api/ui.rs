@@ -15,7 +15,7 @@ fn file(body: &'static str, kind: &'static str) -> ([(header::HeaderName, &'stat
     ([(header::CONTENT_TYPE, kind)], body)
 }
 
-pub fn routes() -> Router<ApiState> {
+pub(crate) fn routes() -> Router<ApiState> {
     Router::new()
         .route("/ui", get(|| async { file(INDEX, "text/html; charset=utf-8") }))
         .route("/ui/", get(|| async { file(INDEX, "text/html; charset=utf-8") }))

@@ -30,105 +30,105 @@ use crate::{
 const MAX_HISTORY: Duration = Duration::from_secs(35 * 86_400);
 
 #[derive(Serialize, ToSchema)]
-pub struct WorkloadList {
-    pub workloads: Vec<WorkloadState>,
+pub(crate) struct WorkloadList {
+    pub(crate) workloads: Vec<WorkloadState>,
 }
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct NamespaceQuery {
+pub(crate) struct NamespaceQuery {
     /// Needed only when the name is configured in more than one namespace.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
 }
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct ForecastQuery {
-    pub namespace: Option<String>,
+pub(crate) struct ForecastQuery {
+    pub(crate) namespace: Option<String>,
     /// The workload's target signal (the one forecast); default: it.
-    pub signal: Option<String>,
+    pub(crate) signal: Option<String>,
     /// How far ahead, e.g. `5m`, `300s` or `300`; default: all the forecast has.
-    pub horizon: Option<String>,
+    pub(crate) horizon: Option<String>,
     /// Comma-separated quantiles among the configured ones, e.g. `0.5,0.9`; default: all.
-    pub quantiles: Option<String>,
+    pub(crate) quantiles: Option<String>,
 }
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct HistoryQuery {
-    pub namespace: Option<String>,
+pub(crate) struct HistoryQuery {
+    pub(crate) namespace: Option<String>,
     /// A recorded signal; default: the target signal.
-    pub signal: Option<String>,
+    pub(crate) signal: Option<String>,
     /// How far back, e.g. `1h`, `3600s` or `3600`; default 1 h, at most 35 days.
-    pub since: Option<String>,
+    pub(crate) since: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct ForecastPoint {
-    pub time: String,
+pub(crate) struct ForecastPoint {
+    pub(crate) time: String,
     /// The point forecast.
-    pub value: f64,
+    pub(crate) value: f64,
     /// Quantile (as written in config, e.g. `"0.9"`) -> value.
-    pub quantiles: BTreeMap<String, f64>,
+    pub(crate) quantiles: BTreeMap<String, f64>,
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct ForecastResponse {
-    pub namespace: String,
-    pub workload: String,
-    pub signal: Signal,
+pub(crate) struct ForecastResponse {
+    pub(crate) namespace: String,
+    pub(crate) workload: String,
+    pub(crate) signal: Signal,
     /// The model the backtest chose (or `ensemble(a+b)`).
-    pub model: String,
-    pub regime: crate::forecast::Regime,
+    pub(crate) model: String,
+    pub(crate) regime: crate::forecast::Regime,
     /// Backtest MASE of the chosen model; null when the history was too short to backtest.
-    pub backtest_mase: Option<f64>,
+    pub(crate) backtest_mase: Option<f64>,
     /// Every candidate's backtest MASE, the chosen one first, then best first.
-    pub candidates: Vec<(String, f64)>,
-    pub fitted_at: String,
-    pub step_secs: i64,
-    pub points: Vec<ForecastPoint>,
+    pub(crate) candidates: Vec<(String, f64)>,
+    pub(crate) fitted_at: String,
+    pub(crate) step_secs: i64,
+    pub(crate) points: Vec<ForecastPoint>,
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct HistoryPoint {
-    pub time: String,
+pub(crate) struct HistoryPoint {
+    pub(crate) time: String,
     /// Null where nothing was recorded.
-    pub value: Option<f64>,
+    pub(crate) value: Option<f64>,
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct HistoryResponse {
-    pub namespace: String,
-    pub workload: String,
-    pub signal: Signal,
-    pub step_secs: f64,
-    pub points: Vec<HistoryPoint>,
+pub(crate) struct HistoryResponse {
+    pub(crate) namespace: String,
+    pub(crate) workload: String,
+    pub(crate) signal: Signal,
+    pub(crate) step_secs: f64,
+    pub(crate) points: Vec<HistoryPoint>,
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct ReplicaPoint {
-    pub time: String,
-    pub replicas: u32,
+pub(crate) struct ReplicaPoint {
+    pub(crate) time: String,
+    pub(crate) replicas: u32,
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct PlanResponse {
-    pub namespace: String,
-    pub workload: String,
+pub(crate) struct PlanResponse {
+    pub(crate) namespace: String,
+    pub(crate) workload: String,
     /// `active`, or `shadow` (KEDA gets the reactive answer; the plan shows the predictive one).
-    pub mode: String,
-    pub policy: Option<Policy>,
+    pub(crate) mode: String,
+    pub(crate) policy: Option<Policy>,
     /// What KEDA is told now.
-    pub desired_replicas: Option<u32>,
-    pub reason: Option<String>,
-    pub binding: Option<Binding>,
-    pub step_secs: f64,
+    pub(crate) desired_replicas: Option<u32>,
+    pub(crate) reason: Option<String>,
+    pub(crate) binding: Option<Binding>,
+    pub(crate) step_secs: f64,
     /// Replicas needed over the look-ahead, from the decision's time.
-    pub replicas: Vec<ReplicaPoint>,
+    pub(crate) replicas: Vec<ReplicaPoint>,
     /// Where the node plan puts the replicas (with `pools` configured).
-    pub placement: Option<WorkloadPlan>,
+    pub(crate) placement: Option<WorkloadPlan>,
     /// The pools it is placed in, with their warm nodes and reasons.
-    pub pools: Vec<PoolPlan>,
+    pub(crate) pools: Vec<PoolPlan>,
 }
 
 /// The workload `name`, disambiguated by `namespace` when given.
@@ -180,7 +180,7 @@ fn at(secs: f64) -> String {
 /// Every workload with its signals, decision, forecast and placement.
 #[utoipa::path(get, path = "/api/v1/workloads", tag = "workloads",
     responses((status = 200, body = WorkloadList)))]
-pub async fn list(State(s): State<ApiState>) -> Json<WorkloadList> {
+pub(crate) async fn list(State(s): State<ApiState>) -> Json<WorkloadList> {
     let snap = s.registry.load();
     Json(WorkloadList { workloads: snap.workloads().into_iter().map(|w| w.as_ref().clone()).collect() })
 }
@@ -191,7 +191,7 @@ pub async fn list(State(s): State<ApiState>) -> Json<WorkloadList> {
     responses((status = 200, body = ForecastResponse),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json")))]
-pub async fn forecast(
+pub(crate) async fn forecast(
     State(s): State<ApiState>,
     Path(name): Path<String>,
     Query(q): Query<ForecastQuery>,
@@ -270,7 +270,7 @@ pub async fn forecast(
     responses((status = 200, body = PlanResponse),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json")))]
-pub async fn plan(
+pub(crate) async fn plan(
     State(s): State<ApiState>,
     Path(name): Path<String>,
     Query(q): Query<NamespaceQuery>,
@@ -318,7 +318,7 @@ pub async fn plan(
     responses((status = 200, body = HistoryResponse),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json")))]
-pub async fn history(
+pub(crate) async fn history(
     State(s): State<ApiState>,
     Path(name): Path<String>,
     Query(q): Query<HistoryQuery>,
@@ -371,7 +371,7 @@ pub async fn history(
     params(("name" = String, Path, description = "Workload name"), NamespaceQuery),
     responses((status = 200, body = crate::cluster::Explanation),
               (status = 404, description = "No such workload", body = Problem, content_type = "application/problem+json")))]
-pub async fn explain(
+pub(crate) async fn explain(
     State(s): State<ApiState>,
     Path(name): Path<String>,
     Query(q): Query<NamespaceQuery>,

@@ -12,13 +12,13 @@
 
 pub mod pack;
 pub mod plan;
-pub mod selector;
+pub(crate) mod selector;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use selector::{gpu_matches, Constraints, LabelRequirement, Taint, Toleration};
+pub(crate) use selector::{gpu_matches, Constraints, LabelRequirement, Taint, Toleration};
 
 pub use plan::{limits_at, plan, Demand, Plan, PlanInput, PoolPlan, WorkloadPlan};
 
@@ -85,7 +85,7 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    pub fn active_at(&self, t: i64) -> bool {
+    pub(crate) fn active_at(&self, t: i64) -> bool {
         self.start <= t && t < self.end
     }
 }

@@ -59,11 +59,11 @@ pub struct Packing {
     /// Per request, replicas no pool could take.
     pub unplaced: Vec<u32>,
     /// Per request, true when it could not use a pool for lack of nodes (quota or reservation).
-    pub capped: Vec<Vec<bool>>,
+    pub(crate) capped: Vec<Vec<bool>>,
 }
 
 impl Packing {
-    pub fn node_count(&self, pool: usize) -> u32 {
+    pub(crate) fn node_count(&self, pool: usize) -> u32 {
         self.nodes[pool].len() as u32
     }
 }
@@ -111,7 +111,7 @@ pub fn pack(pools: &[Pool], limits: &[Limits], requests: &[Request<'_>]) -> Pack
 }
 
 /// What the packing's nodes cost per hour beyond paid reservations.
-pub fn hourly_cost(pools: &[Pool], limits: &[Limits], p: &Packing) -> f64 {
+pub(crate) fn hourly_cost(pools: &[Pool], limits: &[Limits], p: &Packing) -> f64 {
     (0..pools.len()).map(|i| new_node_cost(&pools[i], &limits[i], 0, p.node_count(i))).sum()
 }
 
@@ -263,7 +263,7 @@ fn apply(pool: &Pool, nodes: &mut Vec<Node>, shape: &Shape, part: Part, opt: Fit
 }
 
 /// Why no replica of `shape` could go in each pool: topology, or no nodes left.
-pub fn why_not(pool: &Pool, shape: &Shape, capped: bool) -> Option<String> {
+pub(crate) fn why_not(pool: &Pool, shape: &Shape, capped: bool) -> Option<String> {
     match pool.parts_per_node(shape) {
         Err(u) => Some(u.to_string()),
         Ok(_) if capped => Some(match pool.capacity_type {

@@ -46,8 +46,8 @@ pub struct PlanInput<'a> {
 pub struct Plan {
     #[serde(serialize_with = "crate::time::ser_unix")]
     #[schema(value_type = String, format = DateTime)]
-    pub now: i64,
-    pub step_secs: i64,
+    pub(crate) now: i64,
+    pub(crate) step_secs: i64,
     pub pools: Vec<PoolPlan>,
     pub workloads: Vec<WorkloadPlan>,
 }
@@ -56,48 +56,48 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct PoolPlan {
     pub name: String,
-    pub capacity_type: CapacityType,
+    pub(crate) capacity_type: CapacityType,
     /// Nodes to have Ready or provisioning now: the most needed before a
     /// node ordered now would be Ready.
     pub warm_nodes: u32,
     /// Nodes the running replicas occupy now.
-    pub in_use_nodes: u32,
+    pub(crate) in_use_nodes: u32,
     /// warm - in use: what placeholder pods (balloons, a CapacityBuffer) hold.
-    pub buffer_nodes: u32,
+    pub(crate) buffer_nodes: u32,
     /// Nodes needed at now + k x step.
-    pub nodes: Vec<u32>,
+    pub(crate) nodes: Vec<u32>,
     /// Nodes reservations cover at now + k x step.
-    pub reserved: Vec<u32>,
+    pub(crate) reserved: Vec<u32>,
     /// When nodes beyond `warm_nodes` must be ordered, and how many, if within the horizon.
-    pub next_order: Option<Order>,
+    pub(crate) next_order: Option<Order>,
     /// Hourly price of the nodes needed now that no paid reservation covers.
-    pub cost_per_hour_now: f64,
+    pub(crate) cost_per_hour_now: f64,
     pub reason: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Order {
+pub(crate) struct Order {
     /// Unix seconds.
     #[serde(serialize_with = "crate::time::ser_unix")]
     #[schema(value_type = String, format = DateTime)]
-    pub at: i64,
-    pub nodes: u32,
+    pub(crate) at: i64,
+    pub(crate) nodes: u32,
     /// When they are needed (`at` + provisioning).
     #[serde(serialize_with = "crate::time::ser_unix")]
     #[schema(value_type = String, format = DateTime)]
-    pub needed_at: i64,
+    pub(crate) needed_at: i64,
 }
 
 /// One workload's side of the plan.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct WorkloadPlan {
-    pub workload: String,
+    pub(crate) workload: String,
     /// Replicas per pool at node step 0 (serving at now + pod start).
-    pub placement: Vec<(String, u32)>,
+    pub(crate) placement: Vec<(String, u32)>,
     /// The most replicas no pool could take, at any step.
     pub unplaced: u32,
     /// Pools that could not take (all of) its replicas, and why.
-    pub excluded: Vec<(String, String)>,
+    pub(crate) excluded: Vec<(String, String)>,
 }
 
 /// Make the plan. Pools with no demand still appear, with zero nodes.

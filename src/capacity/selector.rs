@@ -10,21 +10,21 @@ use serde::{Deserialize, Serialize};
 
 /// One `matchExpressions` entry (a `nodeSelector` key is `In [value]`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct LabelRequirement {
-    pub key: String,
+pub(crate) struct LabelRequirement {
+    pub(crate) key: String,
     /// `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt` or `Lt`.
-    pub operator: String,
+    pub(crate) operator: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub values: Vec<String>,
+    pub(crate) values: Vec<String>,
 }
 
 impl LabelRequirement {
-    pub fn is_in(key: &str, value: &str) -> Self {
+    pub(crate) fn is_in(key: &str, value: &str) -> Self {
         LabelRequirement { key: key.to_string(), operator: "In".to_string(), values: vec![value.to_string()] }
     }
 
     /// Whether `labels` satisfy it; an unknown operator never matches, as the API server would have refused it.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         let v = labels.get(&self.key);
         let num = |s: &String| s.parse::<i64>().ok();
         match self.operator.as_str() {
@@ -52,10 +52,10 @@ impl std::fmt::Display for LabelRequirement {
 /// A node taint. Only `NoSchedule` and `NoExecute` keep pods off.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Taint {
-    pub key: String,
+    pub(crate) key: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-    pub effect: String,
+    pub(crate) value: Option<String>,
+    pub(crate) effect: String,
 }
 
 impl std::fmt::Display for Taint {
@@ -69,22 +69,22 @@ impl std::fmt::Display for Taint {
 
 /// A pod toleration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Toleration {
+pub(crate) struct Toleration {
     /// Empty with `Exists`: tolerates every taint.
     #[serde(default)]
-    pub key: String,
+    pub(crate) key: String,
     /// `Equal` (the default) or `Exists`.
     #[serde(default)]
-    pub operator: String,
+    pub(crate) operator: String,
     #[serde(default)]
-    pub value: String,
+    pub(crate) value: String,
     /// Empty: every effect.
     #[serde(default)]
-    pub effect: String,
+    pub(crate) effect: String,
 }
 
 impl Toleration {
-    pub fn tolerates(&self, t: &Taint) -> bool {
+    pub(crate) fn tolerates(&self, t: &Taint) -> bool {
         let exists = self.operator == "Exists";
         let key_ok = (self.key.is_empty() && exists) || self.key == t.key;
         let value_ok = exists || t.value.as_deref().unwrap_or("") == self.value;
@@ -98,14 +98,14 @@ impl Toleration {
 pub struct Constraints {
     /// Node selector terms, ORed; a term's requirements are ANDed. Empty: any node.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub node_terms: Vec<Vec<LabelRequirement>>,
+    pub(crate) node_terms: Vec<Vec<LabelRequirement>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tolerations: Vec<Toleration>,
+    pub(crate) tolerations: Vec<Toleration>,
 }
 
 impl Constraints {
     /// Why nodes with these labels and taints cannot run the pods, if they cannot.
-    pub fn refusal(&self, labels: &BTreeMap<String, String>, taints: &[Taint]) -> Option<String> {
+    pub(crate) fn refusal(&self, labels: &BTreeMap<String, String>, taints: &[Taint]) -> Option<String> {
         if !self.node_terms.is_empty() && !self.node_terms.iter().any(|term| term.iter().all(|r| r.matches(labels))) {
             // Name the first unmet requirement of the closest term.
             let unmet: Vec<String> = self
@@ -129,7 +129,7 @@ impl Constraints {
 /// GPU product names compared as the same product: case and separators
 /// ignored, and one name may extend the other at a `-` (a profile's
 /// `nvidia-h100-80gb` is GPU feature discovery's `NVIDIA-H100-80GB-HBM3`).
-pub fn gpu_matches(want: &str, have: &str) -> bool {
+pub(crate) fn gpu_matches(want: &str, have: &str) -> bool {
     let (w, h) = (normalize_gpu(want), normalize_gpu(have));
     if w.is_empty() || h.is_empty() {
         return false;
@@ -139,7 +139,7 @@ pub fn gpu_matches(want: &str, have: &str) -> bool {
 }
 
 /// Lower case, spaces and underscores as `-`.
-pub fn normalize_gpu(name: &str) -> String {
+pub(crate) fn normalize_gpu(name: &str) -> String {
     name.trim().to_ascii_lowercase().replace([' ', '_'], "-")
 }
 

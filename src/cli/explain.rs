@@ -15,14 +15,14 @@ use crate::{
     config::Settings,
 };
 
-pub struct ExplainArgs {
-    pub config: PathBuf,
-    pub workload: String,
-    pub kubeconfig: Option<PathBuf>,
-    pub context: Option<String>,
+pub(crate) struct ExplainArgs {
+    pub(crate) config: PathBuf,
+    pub(crate) workload: String,
+    pub(crate) kubeconfig: Option<PathBuf>,
+    pub(crate) context: Option<String>,
     /// Replicas to plan nodes for; default: the target's desired replicas (else 1).
-    pub replicas: Option<u32>,
-    pub json: bool,
+    pub(crate) replicas: Option<u32>,
+    pub(crate) json: bool,
 }
 
 #[derive(Serialize)]
@@ -39,7 +39,7 @@ struct Prewarm {
     pools: Vec<(String, u32)>,
 }
 
-pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+pub(crate) fn run(args: &ExplainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut settings = Settings::load(&args.config)?;
     if args.kubeconfig.is_some() || args.context.is_some() {
         let mut k = settings.kubernetes.clone().unwrap_or_else(crate::config::default_kube_settings);

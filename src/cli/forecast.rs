@@ -35,13 +35,13 @@ pub struct CsvInput {
 pub struct Loaded {
     #[serde(skip)]
     pub series: Series,
-    pub rows: usize,
+    pub(crate) rows: usize,
     /// Rows with an empty or non-numeric-but-NaN value.
-    pub empty_values: usize,
+    pub(crate) empty_values: usize,
     /// Rows that fell in a grid slot another row already filled (averaged).
-    pub merged: usize,
+    pub(crate) merged: usize,
     /// Grid slots with no row.
-    pub gaps: usize,
+    pub(crate) gaps: usize,
 }
 
 /// Reads `time_col` and `value_col` from a CSV with a header row. Times may
@@ -124,7 +124,7 @@ fn median_spacing(points: &[(f64, f64)]) -> Option<i64> {
 }
 
 /// Unix seconds from the time formats [`read_csv`] accepts.
-pub fn parse_time(s: &str) -> Option<f64> {
+pub(crate) fn parse_time(s: &str) -> Option<f64> {
     if let Ok(x) = s.parse::<f64>() {
         // Past 1e11 seconds is year 5138: it must be milliseconds.
         return x.is_finite().then(|| if x.abs() > 1e11 { x / 1000.0 } else { x });
@@ -140,7 +140,7 @@ pub fn parse_time(s: &str) -> Option<f64> {
 
 /// A length in steps: a bare number is steps, a duration (`90m`, `4h`, `1d`)
 /// must be a whole number of them.
-pub fn steps(arg: &str, step: i64, what: &str) -> anyhow::Result<usize> {
+pub(crate) fn steps(arg: &str, step: i64, what: &str) -> anyhow::Result<usize> {
     if let Ok(n) = arg.parse::<usize>() {
         return Ok(n);
     }
@@ -155,18 +155,18 @@ pub fn steps(arg: &str, step: i64, what: &str) -> anyhow::Result<usize> {
 
 /// What `foresight backtest` runs.
 #[derive(Debug, Clone)]
-pub struct BacktestArgs {
-    pub input: CsvInput,
-    pub horizon: String,
+pub(crate) struct BacktestArgs {
+    pub(crate) input: CsvInput,
+    pub(crate) horizon: String,
     /// Seasons as steps or durations; empty means a day and a week.
-    pub seasons: Vec<String>,
-    pub origins: usize,
+    pub(crate) seasons: Vec<String>,
+    pub(crate) origins: usize,
     /// Points between origins (steps or a duration); `None` = the horizon.
-    pub origin_step: Option<String>,
-    pub train_window: Option<String>,
+    pub(crate) origin_step: Option<String>,
+    pub(crate) train_window: Option<String>,
     /// Models to score (empty = all); `auto` is always scored.
-    pub models: Vec<String>,
-    pub out: Option<PathBuf>,
+    pub(crate) models: Vec<String>,
+    pub(crate) out: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -198,7 +198,7 @@ struct Summary<'a> {
 /// Rolling-origin backtest of every model and of the automatic choice.
 /// `auto` is nested: at each origin it runs its own selection on that
 /// origin's training data only, so its score is out of sample.
-pub fn run_backtest(args: &BacktestArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+pub(crate) fn run_backtest(args: &BacktestArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let load = read_csv(&args.input)?;
     let series = &load.series;
     let step = series.step;
@@ -454,17 +454,17 @@ fn write_forecasts(series: &Series, splits: &Splits, runs: &[Run], w: &mut dyn W
 
 /// What `foresight forecast` runs.
 #[derive(Debug, Clone)]
-pub struct ForecastArgs {
-    pub input: CsvInput,
-    pub horizon: String,
-    pub seasons: Vec<String>,
-    pub model: String,
-    pub quantiles: Vec<f64>,
-    pub json: bool,
+pub(crate) struct ForecastArgs {
+    pub(crate) input: CsvInput,
+    pub(crate) horizon: String,
+    pub(crate) seasons: Vec<String>,
+    pub(crate) model: String,
+    pub(crate) quantiles: Vec<f64>,
+    pub(crate) json: bool,
 }
 
 /// Forecast past the end of the CSV and print it (a table, or JSON).
-pub fn run_forecast(args: &ForecastArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+pub(crate) fn run_forecast(args: &ForecastArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let load = read_csv(&args.input)?;
     let series = &load.series;
     let h = steps(&args.horizon, series.step, "--horizon")?;

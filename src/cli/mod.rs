@@ -6,10 +6,10 @@
 //! around the library's pure code.
 
 mod check_config;
-pub mod explain;
+pub(crate) mod explain;
 pub mod forecast;
-pub mod serve;
-pub mod simulate;
+pub(crate) mod serve;
+pub(crate) mod simulate;
 pub mod tools;
 
 use std::{path::PathBuf, process::ExitCode};

@@ -27,13 +27,13 @@ const GRACE: Duration = Duration::from_secs(10);
 
 /// Where the config comes from, so SIGHUP can read it again.
 #[derive(Debug, Clone)]
-pub enum ConfigSource {
+pub(crate) enum ConfigSource {
     File(PathBuf),
     Demo,
 }
 
 impl ConfigSource {
-    pub fn load(&self) -> anyhow::Result<Settings> {
+    pub(crate) fn load(&self) -> anyhow::Result<Settings> {
         match self {
             ConfigSource::File(path) => Ok(Settings::load(path)?),
             ConfigSource::Demo => Ok(Settings::demo()?),
@@ -41,7 +41,7 @@ impl ConfigSource {
     }
 }
 
-pub async fn serve(source: ConfigSource) -> anyhow::Result<()> {
+pub(crate) async fn serve(source: ConfigSource) -> anyhow::Result<()> {
     let settings = source.load()?;
     // A file-size limit (SIGXFSZ, signal 25 on Linux) must fail the write
     // with an error the store handles, not kill the process: catch and drop it.

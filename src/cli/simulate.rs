@@ -23,7 +23,7 @@ use crate::{
 /// Which policy to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum PolicyName {
+pub(crate) enum PolicyName {
     Static,
     Reactive,
     Predictive,
@@ -32,7 +32,7 @@ pub enum PolicyName {
 
 /// The trace's form: a rate series, or a request log.
 #[derive(Debug, Clone)]
-pub enum TraceInput {
+pub(crate) enum TraceInput {
     /// `timestamp,value` (or the named columns): the shape of the arrival rate.
     Series(CsvInput),
     /// The built-in generator.
@@ -43,88 +43,88 @@ pub enum TraceInput {
 
 /// What `foresight simulate` runs: its command-line arguments.
 #[derive(Debug, Clone, clap::Args)]
-pub struct SimulateArgs {
+pub(crate) struct SimulateArgs {
     /// Demand shape: a CSV series (`timestamp,value`, e.g. a NAB trace); omit for --synthetic or --servegen.
     #[arg(long, required_unless_present_any = ["synthetic", "servegen"])]
-    pub trace: Option<PathBuf>,
+    pub(crate) trace: Option<PathBuf>,
     /// A ServeGen trace: a model's folder of `chunk-<client>-trace.csv`
     /// files (the fleet serves all its clients) or one such file. Arrivals
     /// follow each window's fitted inter-arrival distribution, and the
     /// token mix comes from `token_means_6h.csv` beside the folder.
     #[arg(long, conflicts_with_all = ["trace", "synthetic", "requests"])]
-    pub servegen: Option<PathBuf>,
+    pub(crate) servegen: Option<PathBuf>,
     /// ServeGen: only these clients (comma separated), e.g. `--clients 19,73`.
     #[arg(long, value_delimiter = ',', requires = "servegen")]
-    pub clients: Vec<String>,
+    pub(crate) clients: Vec<String>,
     #[arg(long, default_value = "timestamp")]
-    pub time_col: String,
+    pub(crate) time_col: String,
     #[arg(long, default_value = "value")]
-    pub value_col: String,
+    pub(crate) value_col: String,
     /// Use the built-in generator (daily + weekly cycles, bursts, level shift) instead of a trace.
     #[arg(long, conflicts_with = "trace")]
-    pub synthetic: bool,
+    pub(crate) synthetic: bool,
     /// Synthetic: days to generate.
     #[arg(long, default_value_t = 21.0)]
-    pub days: f64,
+    pub(crate) days: f64,
     /// Synthetic: day on which the level shifts (x1.5).
     #[arg(long)]
-    pub level_shift_day: Option<f64>,
+    pub(crate) level_shift_day: Option<f64>,
     /// Seed for the arrivals (and the synthetic generator).
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Request log in the Azure LLM trace format: token mix and minute-level bursts.
     #[arg(long)]
-    pub requests: Option<PathBuf>,
+    pub(crate) requests: Option<PathBuf>,
     /// Scale the trace so its 99th percentile minute has this many requests per second.
     #[arg(long, default_value_t = 150.0)]
-    pub peak_rps: f64,
+    pub(crate) peak_rps: f64,
     /// A built-in profile name or a profile YAML file.
     #[arg(long, default_value = "llama-3.1-8b-h100")]
-    pub model_profile: String,
+    pub(crate) model_profile: String,
     /// Policies to compare (comma separated).
     #[arg(long = "policy", value_enum, value_delimiter = ',', default_value = "static,reactive,predictive,oracle")]
-    pub policies: Vec<PolicyName>,
+    pub(crate) policies: Vec<PolicyName>,
     /// What the reactive trigger watches: `concurrency` (running + waiting) or `request_rate`.
     #[arg(long, default_value = "concurrency")]
-    pub reactive_signal: String,
+    pub(crate) reactive_signal: String,
     /// Reactive thresholds per replica (concurrency), comma separated: one
     /// reactive policy each. Default the profile's concurrency.
     #[arg(long = "reactive-target", value_delimiter = ',')]
-    pub reactive_targets: Vec<f64>,
+    pub(crate) reactive_targets: Vec<f64>,
     /// Forecast quantiles the predictive policy sizes for, comma separated: one predictive policy each.
     #[arg(long = "quantile", value_delimiter = ',', default_value = "0.9")]
-    pub quantiles: Vec<f64>,
+    pub(crate) quantiles: Vec<f64>,
     /// Forecast step of the predictive policy (`serve` forecasts at the store's resolution, 1m by default).
     #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
-    pub forecast_step: Duration,
+    pub(crate) forecast_step: Duration,
     /// History observed before the scored window (the forecaster's warm-up).
     #[arg(long, default_value = "14d", value_parser = humantime::parse_duration)]
-    pub warmup: Duration,
+    pub(crate) warmup: Duration,
     /// Score at most this long after the warm-up (default: the rest of the trace).
     #[arg(long, value_parser = humantime::parse_duration)]
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     #[arg(long, default_value_t = 8)]
-    pub gpus_per_node: u32,
+    pub(crate) gpus_per_node: u32,
     /// On-demand price per node-hour (default: 8 GPUs at 4.00 per GPU-hour).
     #[arg(long, default_value_t = 32.0)]
-    pub node_price: f64,
+    pub(crate) node_price: f64,
     /// Reserved nodes, always up and always paid.
     #[arg(long, default_value_t = 0)]
-    pub reserved_nodes: u32,
+    pub(crate) reserved_nodes: u32,
     #[arg(long, default_value_t = 20.0)]
-    pub reserved_price: f64,
+    pub(crate) reserved_price: f64,
     /// Node provisioning time (default the profile's node_boot).
     #[arg(long, value_parser = humantime::parse_duration)]
-    pub node_boot: Option<Duration>,
+    pub(crate) node_boot: Option<Duration>,
     /// Simulation step in seconds (must divide a minute).
     #[arg(long, default_value_t = 1.0)]
-    pub step: f64,
+    pub(crate) step: f64,
     /// Write summary.json and timeline.csv here.
     #[arg(long)]
-    pub out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
     /// Print the summary as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 impl SimulateArgs {
@@ -162,7 +162,7 @@ struct Summary<'a> {
 }
 
 /// Run the comparison and print a table (or JSON) to `out`.
-pub fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let profile = load_profile(&args.model_profile).context("loading the model profile")?;
     let (mut mix, bursts) = match &args.requests {
         Some(p) => {

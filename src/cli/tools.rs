@@ -21,7 +21,13 @@ use crate::{
 
 /// Print a workload's stored history as CSV (`timestamp,value`, RFC 3339,
 /// empty value for a gap) for the last `minutes`, or all of `since`.
-pub fn history(config: &Path, workload: &str, signal: &str, minutes: f64, out: &mut dyn Write) -> anyhow::Result<()> {
+pub(crate) fn history(
+    config: &Path,
+    workload: &str,
+    signal: &str,
+    minutes: f64,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let settings = Settings::load(config)?;
     let w = settings
         .workloads
@@ -67,7 +73,7 @@ fn load_sim(path: &Path) -> anyhow::Result<SimConfig> {
 }
 
 /// Serve simulated pods on `ip` until SIGTERM/SIGINT; print their URLs as JSON.
-pub async fn sim_serve(config: &Path, ip: IpAddr, origin: Option<f64>) -> anyhow::Result<()> {
+pub(crate) async fn sim_serve(config: &Path, ip: IpAddr, origin: Option<f64>) -> anyhow::Result<()> {
     let c = load_sim(config)?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
     let fleet = Fleet::from_config(c, origin.unwrap_or(now)).map_err(anyhow::Error::msg)?;

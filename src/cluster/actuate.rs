@@ -39,7 +39,7 @@ pub struct ActuationTarget {
 }
 
 impl ActuationTarget {
-    pub fn object(&self) -> String {
+    pub(crate) fn object(&self) -> String {
         let kind = match self.kind {
             ActuationKind::Balloon => "Deployment",
             ActuationKind::CapacityBuffer => "CapacityBuffer",
@@ -50,7 +50,7 @@ impl ActuationTarget {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Actuation {
-    pub mode: ActuationMode,
+    pub(crate) mode: ActuationMode,
     pub targets: Vec<ActuationTarget>,
 }
 
@@ -83,16 +83,16 @@ impl Action {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Change {
     pub object: String,
-    pub pool: String,
-    pub field: String,
+    pub(crate) pool: String,
+    pub(crate) field: String,
     pub current: Option<u32>,
     pub desired: Option<u32>,
     pub action: Action,
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// The plan's buffer nodes for a target's pool (`None`: the pool is not in the plan).
-pub fn desired(plan: Option<&Plan>, target: &ActuationTarget) -> Option<u32> {
+pub(crate) fn desired(plan: Option<&Plan>, target: &ActuationTarget) -> Option<u32> {
     plan?.pools.iter().find(|p| p.name == target.pool).map(|p| p.buffer_nodes)
 }
 

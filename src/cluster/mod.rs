@@ -21,8 +21,8 @@
 
 pub mod actuate;
 pub mod client;
-pub mod nodes;
-pub mod shape;
+pub(crate) mod nodes;
+pub(crate) mod shape;
 
 use std::collections::BTreeMap;
 
@@ -33,8 +33,8 @@ use k8s_openapi::api::{
 use serde::Serialize;
 
 pub use actuate::{Actuation, ActuationKind, ActuationMode, ActuationTarget, Change};
-pub use nodes::{Disagreement, DiscoveredPool, NodeKeys, PoolDefaults};
-pub use shape::{Derived, Fact, GpuKeys, ReplicaCounts, Target, TargetKind};
+pub(crate) use nodes::{Disagreement, DiscoveredPool, NodeKeys, PoolDefaults};
+pub(crate) use shape::{Derived, Fact, GpuKeys, ReplicaCounts, Target, TargetKind};
 
 use std::{path::PathBuf, time::Duration};
 
@@ -46,13 +46,13 @@ use crate::{
 /// How the cluster is read, and whether the plan is written back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KubeSettings {
-    pub kubeconfig: Option<PathBuf>,
-    pub context: Option<String>,
-    pub refresh: Duration,
+    pub(crate) kubeconfig: Option<PathBuf>,
+    pub(crate) context: Option<String>,
+    pub(crate) refresh: Duration,
     pub timeout: Duration,
-    pub gpu: GpuKeys,
-    pub nodes: NodeKeys,
-    pub discovered_pools: PoolDefaults,
+    pub(crate) gpu: GpuKeys,
+    pub(crate) nodes: NodeKeys,
+    pub(crate) discovered_pools: PoolDefaults,
     pub actuation: Actuation,
 }
 
@@ -60,30 +60,30 @@ pub struct KubeSettings {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Unix seconds.
-    pub read_at: i64,
-    pub nodes: Vec<Node>,
-    pub slices: Vec<ResourceSlice>,
+    pub(crate) read_at: i64,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) slices: Vec<ResourceSlice>,
     /// By workload key.
-    pub workloads: BTreeMap<String, WorkloadObjects>,
+    pub(crate) workloads: BTreeMap<String, WorkloadObjects>,
     /// Reads that failed (the rest of the snapshot still counts).
     pub errors: Vec<String>,
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The objects behind one workload.
 #[derive(Debug, Clone)]
-pub struct WorkloadObjects {
+pub(crate) struct WorkloadObjects {
     /// `ScaledObject ns/name` whose trigger names the workload.
-    pub scaled_object: Option<String>,
-    pub target: Result<Target, String>,
-    pub claim_templates: BTreeMap<String, Result<ResourceClaimTemplate, String>>,
-    pub pods: Vec<Pod>,
+    pub(crate) scaled_object: Option<String>,
+    pub(crate) target: Result<Target, String>,
+    pub(crate) claim_templates: BTreeMap<String, Result<ResourceClaimTemplate, String>>,
+    pub(crate) pods: Vec<Pod>,
 }
 
 /// A pod the scheduler could not place.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct PendingPod {
-    pub name: String,
+    pub(crate) name: String,
     /// `Unschedulable`, or the phase's reason when the scheduler has said nothing yet.
     pub reason: String,
     /// The scheduler's message (`0/6 nodes are available: ...`).
@@ -105,7 +105,7 @@ pub enum ShapeSource {
 /// One workload as the cluster describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct WorkloadView {
-    pub workload: String,
+    pub(crate) workload: String,
     pub scaled_object: Option<String>,
     pub target: Option<String>,
     pub derived: Option<Derived>,
@@ -124,16 +124,16 @@ pub struct WorkloadView {
 pub struct ClusterView {
     #[serde(serialize_with = "crate::time::ser_unix")]
     #[schema(value_type = String, format = DateTime)]
-    pub read_at: i64,
+    pub(crate) read_at: i64,
     /// Config pools completed from nodes, plus priced pools found only on nodes.
     pub pools: Vec<Pool>,
     pub discovered: Vec<DiscoveredPool>,
     pub workloads: BTreeMap<String, WorkloadView>,
     pub disagreements: Vec<Disagreement>,
-    pub notes: Vec<String>,
-    pub errors: Vec<String>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) errors: Vec<String>,
     /// The last actuation pass: what was (or in dry-run would be) changed.
-    pub actuation: Vec<Change>,
+    pub(crate) actuation: Vec<Change>,
 }
 
 /// Interpret a snapshot against config.
@@ -256,7 +256,7 @@ fn workload_view(w: &Workload, objs: Option<&WorkloadObjects>, keys: &GpuKeys) -
 }
 
 /// Pods the scheduler has not placed, with its reason.
-pub fn pending(pods: &[Pod]) -> Vec<PendingPod> {
+pub(crate) fn pending(pods: &[Pod]) -> Vec<PendingPod> {
     let mut out = Vec::new();
     for p in pods {
         let Some(status) = &p.status else { continue };
@@ -278,40 +278,40 @@ pub fn pending(pods: &[Pod]) -> Vec<PendingPod> {
 
 /// Whether, and how, one pool can host a workload's replicas.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct PoolFit {
-    pub pool: String,
-    pub gpu_type: String,
-    pub gpus_per_node: u32,
-    pub nvlink_domain_gpus: u32,
+pub(crate) struct PoolFit {
+    pub(crate) pool: String,
+    pub(crate) gpu_type: String,
+    pub(crate) gpus_per_node: u32,
+    pub(crate) nvlink_domain_gpus: u32,
     /// Replica parts one node takes; `None`: cannot host.
-    pub per_node: Option<u32>,
-    pub why_not: Option<String>,
+    pub(crate) per_node: Option<u32>,
+    pub(crate) why_not: Option<String>,
 }
 
 /// The answer to "what shape does Foresight think this workload has, and why".
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Explanation {
-    pub workload: String,
+pub(crate) struct Explanation {
+    pub(crate) workload: String,
     /// Whether Kubernetes inputs are on.
-    pub kubernetes: bool,
-    pub shape: Shape,
-    pub shape_source: ShapeSource,
-    pub scaled_object: Option<String>,
-    pub target: Option<String>,
-    pub facts: Vec<Fact>,
-    pub notes: Vec<String>,
-    pub replicas: Option<ReplicaCounts>,
-    pub pending: Vec<PendingPod>,
-    pub pools: Vec<PoolFit>,
+    pub(crate) kubernetes: bool,
+    pub(crate) shape: Shape,
+    pub(crate) shape_source: ShapeSource,
+    pub(crate) scaled_object: Option<String>,
+    pub(crate) target: Option<String>,
+    pub(crate) facts: Vec<Fact>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) replicas: Option<ReplicaCounts>,
+    pub(crate) pending: Vec<PendingPod>,
+    pub(crate) pools: Vec<PoolFit>,
     /// The plan's placement, when a plan exists.
-    pub placement: Option<WorkloadPlan>,
-    pub disagreements: Vec<Disagreement>,
+    pub(crate) placement: Option<WorkloadPlan>,
+    pub(crate) disagreements: Vec<Disagreement>,
     /// The conclusions, one sentence each.
-    pub summary: Vec<String>,
+    pub(crate) summary: Vec<String>,
 }
 
 /// Explain a workload: from the cluster view when there is one, else from config.
-pub fn explain(
+pub(crate) fn explain(
     w: &Workload,
     view: Option<&ClusterView>,
     config_pools: &[Pool],

@@ -16,19 +16,19 @@ use crate::capacity::{selector::normalize_gpu, CapacityType, Pool, Taint};
 
 /// Label and attribute names nodes are read by.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NodeKeys {
+pub(crate) struct NodeKeys {
     /// Tried in order; the first a node has names its pool.
-    pub pool_labels: Vec<String>,
-    pub capacity_type_label: String,
-    pub product_label: String,
-    pub count_label: String,
-    pub zone_label: String,
+    pub(crate) pool_labels: Vec<String>,
+    pub(crate) capacity_type_label: String,
+    pub(crate) product_label: String,
+    pub(crate) count_label: String,
+    pub(crate) zone_label: String,
     /// Nodes sharing this label's value are one rack / fabric block.
-    pub rack_label: Option<String>,
-    pub gpu_resource: String,
+    pub(crate) rack_label: Option<String>,
+    pub(crate) gpu_resource: String,
     /// DRA drivers whose devices are GPUs.
-    pub gpu_drivers: Vec<String>,
-    pub nvlink_attributes: Vec<String>,
+    pub(crate) gpu_drivers: Vec<String>,
+    pub(crate) nvlink_attributes: Vec<String>,
 }
 
 /// A pool found on nodes.
@@ -38,26 +38,26 @@ pub struct DiscoveredPool {
     /// The label that named it.
     pub label: String,
     pub nodes: u32,
-    pub ready_nodes: u32,
+    pub(crate) ready_nodes: u32,
     /// GPU feature discovery's product name, as on the label.
-    pub gpu_product: Option<String>,
+    pub(crate) gpu_product: Option<String>,
     /// Allocatable GPUs (device plugin) or DRA GPU devices per node, the most of any node.
     pub gpus_per_node: Option<u32>,
     /// Largest group of a node's DRA GPUs sharing an NVLink-domain attribute.
     pub nvlink_domain_gpus: Option<u32>,
-    pub capacity_type: Option<String>,
-    pub zones: BTreeSet<String>,
+    pub(crate) capacity_type: Option<String>,
+    pub(crate) zones: BTreeSet<String>,
     /// Most nodes seen sharing one rack label value.
     pub nodes_per_rack: Option<u32>,
     /// Labels every node of the pool has.
     pub labels: BTreeMap<String, String>,
     /// Taints every node of the pool has.
     pub taints: Vec<Taint>,
-    pub node_names: Vec<String>,
+    pub(crate) node_names: Vec<String>,
 }
 
 /// Group GPU nodes into pools. Nodes with no pool label or no GPUs are skipped.
-pub fn discover(nodes: &[Node], slices: &[ResourceSlice], keys: &NodeKeys) -> Vec<DiscoveredPool> {
+pub(crate) fn discover(nodes: &[Node], slices: &[ResourceSlice], keys: &NodeKeys) -> Vec<DiscoveredPool> {
     // DRA GPU devices per node, and the largest same-domain group.
     let mut dra: BTreeMap<&str, (u32, BTreeMap<String, u32>)> = BTreeMap::new();
     for s in slices {
@@ -178,9 +178,9 @@ pub fn discover(nodes: &[Node], slices: &[ResourceSlice], keys: &NodeKeys) -> Ve
 
 /// Prices and provisioning for pools found on nodes but absent from config.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct PoolDefaults {
-    pub price_per_node_hour: BTreeMap<CapacityType, f64>,
-    pub provisioning_secs: f64,
+pub(crate) struct PoolDefaults {
+    pub(crate) price_per_node_hour: BTreeMap<CapacityType, f64>,
+    pub(crate) provisioning_secs: f64,
 }
 
 /// Config and cluster saying different things.
@@ -192,20 +192,20 @@ pub struct Disagreement {
     pub config: String,
     pub cluster: String,
     /// Which object the cluster's value came from.
-    pub from: String,
+    pub(crate) from: String,
     /// Which value is used.
     pub used: String,
 }
 
 /// Pools to plan with: config pools, completed with what nodes say, and pools found only on nodes.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Merged {
-    pub pools: Vec<Pool>,
-    pub disagreements: Vec<Disagreement>,
-    pub notes: Vec<String>,
+pub(crate) struct Merged {
+    pub(crate) pools: Vec<Pool>,
+    pub(crate) disagreements: Vec<Disagreement>,
+    pub(crate) notes: Vec<String>,
 }
 
-pub fn merge(config: &[Pool], found: &[DiscoveredPool], keys: &NodeKeys, defaults: &PoolDefaults) -> Merged {
+pub(crate) fn merge(config: &[Pool], found: &[DiscoveredPool], keys: &NodeKeys, defaults: &PoolDefaults) -> Merged {
     let mut out = Merged::default();
     for p in config {
         let mut pool = p.clone();

@@ -19,22 +19,22 @@ use crate::capacity::{Constraints, LabelRequirement, Shape, Toleration};
 /// One derived fact and where it came from.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Fact {
-    pub what: String,
-    pub value: String,
+    pub(crate) what: String,
+    pub(crate) value: String,
     /// `Kind namespace/name field.path`.
     pub from: String,
 }
 
 /// The kinds of scale target whose pods Foresight can read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub enum TargetKind {
+pub(crate) enum TargetKind {
     Deployment,
     StatefulSet,
     LeaderWorkerSet,
 }
 
 impl TargetKind {
-    pub fn parse(kind: &str) -> Option<TargetKind> {
+    pub(crate) fn parse(kind: &str) -> Option<TargetKind> {
         match kind {
             "Deployment" => Some(TargetKind::Deployment),
             "StatefulSet" => Some(TargetKind::StatefulSet),
@@ -54,40 +54,40 @@ pub struct ReplicaCounts {
 
 /// The scale target, reduced to what shapes a replica.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Target {
-    pub kind: TargetKind,
-    pub namespace: String,
-    pub name: String,
+pub(crate) struct Target {
+    pub(crate) kind: TargetKind,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
     /// Every pod's template (a LeaderWorkerSet: its workers').
-    pub template: PodTemplateSpec,
+    pub(crate) template: PodTemplateSpec,
     /// A LeaderWorkerSet's leader template, when it has its own.
-    pub leader_template: Option<PodTemplateSpec>,
+    pub(crate) leader_template: Option<PodTemplateSpec>,
     /// Pods per replica (a LeaderWorkerSet's `size`; otherwise 1).
-    pub group_size: u32,
+    pub(crate) group_size: u32,
     /// A LeaderWorkerSet's exclusive-topology label: a group's pods share its value.
-    pub group_topology: Option<String>,
-    pub replicas: ReplicaCounts,
+    pub(crate) group_topology: Option<String>,
+    pub(crate) replicas: ReplicaCounts,
     /// Labels that select the target's pods.
-    pub pod_labels: BTreeMap<String, String>,
+    pub(crate) pod_labels: BTreeMap<String, String>,
 }
 
 impl Target {
-    pub fn object(&self) -> String {
+    pub(crate) fn object(&self) -> String {
         format!("{:?} {}/{}", self.kind, self.namespace, self.name)
     }
 }
 
 /// What the cluster settings say about GPUs.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GpuKeys {
+pub(crate) struct GpuKeys {
     /// Extended resource of the device plugin (`nvidia.com/gpu`).
-    pub resource: String,
+    pub(crate) resource: String,
     /// DRA device classes whose devices are GPUs.
-    pub device_classes: Vec<String>,
+    pub(crate) device_classes: Vec<String>,
     /// DRA attributes whose shared value means "one NVLink domain".
-    pub nvlink_attributes: Vec<String>,
+    pub(crate) nvlink_attributes: Vec<String>,
     /// Node label holding the GPU product (`nvidia.com/gpu.product`).
-    pub product_label: String,
+    pub(crate) product_label: String,
 }
 
 /// A shape derived from the cluster, with its evidence.
@@ -95,21 +95,21 @@ pub struct GpuKeys {
 pub struct Derived {
     /// `None`: the objects name no GPU product; the profile's is used.
     pub gpu_product: Option<String>,
-    pub gpus_per_pod: u32,
-    pub pods_per_replica: u32,
-    pub constraints: Constraints,
+    pub(crate) gpus_per_pod: u32,
+    pub(crate) pods_per_replica: u32,
+    pub(crate) constraints: Constraints,
     /// DRA `matchAttribute` constraints across all of a pod's GPUs.
-    pub match_attributes: Vec<String>,
+    pub(crate) match_attributes: Vec<String>,
     /// Whether a claim requires the GPUs inside one NVLink domain.
     pub one_nvlink_domain: bool,
     pub facts: Vec<Fact>,
     /// What was read but could not be used, and why.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 impl Derived {
     /// The packer's shape; `fallback_gpu` when the objects name no product.
-    pub fn shape(&self, fallback_gpu: &str) -> Shape {
+    pub(crate) fn shape(&self, fallback_gpu: &str) -> Shape {
         let pods = self.pods_per_replica.max(1);
         Shape {
             gpu_type: self.gpu_product.clone().unwrap_or_else(|| fallback_gpu.to_string()),
@@ -122,7 +122,7 @@ impl Derived {
 
 /// Why no shape could be derived.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ShapeError {
+pub(crate) enum ShapeError {
     #[error("{0} has no pod spec")]
     NoPodSpec(String),
     #[error("{0}'s pods request no GPUs (neither `{1}` nor a DRA claim on a GPU device class)")]
@@ -131,7 +131,7 @@ pub enum ShapeError {
 
 /// Derive the replica shape of `target`, given the ResourceClaimTemplates of
 /// its namespace that were read (`Err`: could not be read, and why).
-pub fn derive(
+pub(crate) fn derive(
     target: &Target,
     templates: &BTreeMap<String, Result<ResourceClaimTemplate, String>>,
     keys: &GpuKeys,

@@ -6,9 +6,9 @@
 //! resolved form the rest of the program uses: defaults applied, profiles
 //! looked up, paths made absolute. Loading never binds a port or starts work.
 
-pub mod raw;
+pub(crate) mod raw;
 mod sections;
-pub mod yaml;
+pub(crate) mod yaml;
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -19,9 +19,9 @@ use std::{
     time::Duration,
 };
 
-pub use yaml::YamlError;
+pub(crate) use yaml::YamlError;
 
-pub use sections::default_kube_settings;
+pub(crate) use sections::default_kube_settings;
 use sections::{check_k8s_name, validate_kubernetes, validate_pools, validate_reservations, validate_sizing};
 
 use crate::{
@@ -57,9 +57,9 @@ pub enum ConfigError {
 /// One invalid value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Problem {
-    pub origin: String,
-    pub field: String,
-    pub message: String,
+    pub(crate) origin: String,
+    pub(crate) field: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for Problem {
@@ -86,16 +86,16 @@ impl fmt::Display for Problems<'_> {
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Where it came from (a path, or the built-in demo).
-    pub origin: String,
+    pub(crate) origin: String,
     pub grpc: GrpcSettings,
     pub http: HttpSettings,
-    pub tick_interval: Duration,
-    pub log_every_decision: bool,
+    pub(crate) tick_interval: Duration,
+    pub(crate) log_every_decision: bool,
     pub store: StoreSettings,
-    pub forecast: ForecastSettings,
-    pub sizing: SizingSettings,
+    pub(crate) forecast: ForecastSettings,
+    pub(crate) sizing: SizingSettings,
     pub pools: Vec<Pool>,
-    pub reservations: Vec<Reservation>,
+    pub(crate) reservations: Vec<Reservation>,
     pub workloads: Vec<Arc<Workload>>,
     /// Kubernetes inputs; `None`: off (the default).
     pub kubernetes: Option<KubeSettings>,
@@ -103,29 +103,29 @@ pub struct Settings {
 
 /// How forecasts become replica counts (the predictive sizing's settings).
 #[derive(Debug, Clone, PartialEq)]
-pub struct SizingSettings {
-    pub policy: Policy,
+pub(crate) struct SizingSettings {
+    pub(crate) policy: Policy,
     /// One of the forecast's quantiles.
-    pub quantile: f64,
-    pub scale_down_stabilization: Duration,
-    pub plan_step_secs: i64,
+    pub(crate) quantile: f64,
+    pub(crate) scale_down_stabilization: Duration,
+    pub(crate) plan_step_secs: i64,
     /// How long a stale target signal may be bridged by the last good forecast.
-    pub forecast_only: Duration,
+    pub(crate) forecast_only: Duration,
 }
 
 /// How forecasts are refitted in the background (the refit worker's settings).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ForecastSettings {
-    pub enabled: bool,
-    pub refit_interval: Duration,
-    pub reselect_interval: Duration,
+pub(crate) struct ForecastSettings {
+    pub(crate) enabled: bool,
+    pub(crate) refit_interval: Duration,
+    pub(crate) reselect_interval: Duration,
     /// History each fit reads.
-    pub history: Duration,
-    pub origins: usize,
+    pub(crate) history: Duration,
+    pub(crate) origins: usize,
     /// Sorted, in (0, 1).
-    pub quantiles: Vec<f64>,
+    pub(crate) quantiles: Vec<f64>,
     /// Seasonal periods in store buckets, shortest first.
-    pub seasons: Vec<usize>,
+    pub(crate) seasons: Vec<usize>,
 }
 
 /// Where and how history is kept.
@@ -133,24 +133,24 @@ pub struct ForecastSettings {
 pub struct StoreSettings {
     /// `None`: in memory only.
     pub path: Option<PathBuf>,
-    pub resolution: Duration,
-    pub retention: Duration,
-    pub flush_interval: Duration,
-    pub cache_bytes: usize,
+    pub(crate) resolution: Duration,
+    pub(crate) retention: Duration,
+    pub(crate) flush_interval: Duration,
+    pub(crate) cache_bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GrpcSettings {
     pub listen: SocketAddr,
-    pub tls: Option<TlsFiles>,
+    pub(crate) tls: Option<TlsFiles>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TlsFiles {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
+    pub(crate) cert_file: PathBuf,
+    pub(crate) key_file: PathBuf,
     /// When set, client certificates signed by this CA are required (mTLS).
-    pub client_ca_file: Option<PathBuf>,
+    pub(crate) client_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -171,12 +171,8 @@ impl Secret {
         Secret(s.into())
     }
 
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
     /// Equal to `other`, in time that does not depend on where they differ.
-    pub fn matches(&self, other: &[u8]) -> bool {
+    pub(crate) fn matches(&self, other: &[u8]) -> bool {
         let a = self.0.as_bytes();
         a.len() == other.len() && a.iter().zip(other).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
@@ -198,7 +194,7 @@ impl Settings {
     }
 
     /// The built-in demo: simulated vLLM fleets, loopback addresses.
-    pub fn demo() -> Result<Settings, ConfigError> {
+    pub(crate) fn demo() -> Result<Settings, ConfigError> {
         Settings::from_yaml(DEMO_CONFIG, DEMO_ORIGIN, Path::new("."))
     }
 
@@ -212,7 +208,7 @@ impl Settings {
 
 /// Built-in profiles, then those in `dir` (which override by name).
 /// One capacity profile: a YAML file at `arg`, or a built-in profile by name.
-pub fn load_profile(arg: &str) -> Result<Profile, ConfigError> {
+pub(crate) fn load_profile(arg: &str) -> Result<Profile, ConfigError> {
     let path = Path::new(arg);
     let (origin, text) = if path.is_file() {
         let text = std::fs::read_to_string(path)

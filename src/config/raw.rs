@@ -13,91 +13,91 @@ use crate::{
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawConfig {
+pub(crate) struct RawConfig {
     /// The KEDA external scaler (gRPC) server.
     #[serde(default)]
-    pub grpc: RawGrpc,
+    pub(crate) grpc: RawGrpc,
     /// The HTTP server (health, API).
     #[serde(default)]
-    pub http: RawHttp,
+    pub(crate) http: RawHttp,
     /// How often sources are polled and decisions recomputed.
     #[serde(default = "default_tick_interval_secs")]
-    pub tick_interval_secs: f64,
+    pub(crate) tick_interval_secs: f64,
     /// Log every workload's decision every tick at INFO (default: only changes).
     #[serde(default)]
-    pub log_every_decision: bool,
+    pub(crate) log_every_decision: bool,
     /// Directory of extra capacity profiles (`*.yaml`), relative to this file.
     #[serde(default)]
-    pub models_dir: Option<PathBuf>,
+    pub(crate) models_dir: Option<PathBuf>,
     /// Values a workload takes when it does not set them.
     #[serde(default)]
-    pub defaults: RawDefaults,
+    pub(crate) defaults: RawDefaults,
     /// Where signal history is kept.
     #[serde(default)]
-    pub store: RawStore,
+    pub(crate) store: RawStore,
     /// How forecasts are refitted in the background.
     #[serde(default)]
-    pub forecast: RawForecast,
+    pub(crate) forecast: RawForecast,
     /// How forecasts become replica counts.
     #[serde(default)]
-    pub sizing: RawSizing,
+    pub(crate) sizing: RawSizing,
     /// GPU node pools pre-warming plans for; none: no node plan.
     #[serde(default)]
-    pub pools: Vec<RawPool>,
+    pub(crate) pools: Vec<RawPool>,
     /// Capacity bought for a window of time, in a pool.
     #[serde(default)]
-    pub reservations: Vec<RawReservation>,
+    pub(crate) reservations: Vec<RawReservation>,
     /// The workloads Foresight sizes.
-    pub workloads: Vec<RawWorkload>,
+    pub(crate) workloads: Vec<RawWorkload>,
     /// Read shape from the cluster (workloads, DRA claims, nodes); absent: off.
     #[serde(default)]
-    pub kubernetes: Option<RawKubernetes>,
+    pub(crate) kubernetes: Option<RawKubernetes>,
 }
 
 /// `kubernetes:`: present turns the Kubernetes input layer on.
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub struct RawKubernetes {
+pub(crate) struct RawKubernetes {
     /// A kubeconfig file (relative to this file); default: in-cluster, then `$KUBECONFIG` / `~/.kube/config`.
     #[serde(default)]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// Context in the kubeconfig; default: its current context.
     #[serde(default)]
-    pub context: Option<String>,
+    pub(crate) context: Option<String>,
     /// How often the cluster is read.
     #[serde(default = "default_kube_refresh_secs")]
-    pub refresh_secs: f64,
+    pub(crate) refresh_secs: f64,
     /// Per API request.
     #[serde(default = "default_kube_timeout_secs")]
-    pub timeout_secs: f64,
+    pub(crate) timeout_secs: f64,
     #[serde(default)]
-    pub gpu: RawKubeGpu,
+    pub(crate) gpu: RawKubeGpu,
     #[serde(default)]
-    pub node_labels: RawNodeLabels,
+    pub(crate) node_labels: RawNodeLabels,
     /// Pools found on nodes but absent from `pools:`.
     #[serde(default)]
-    pub discovered_pools: RawDiscoveredPools,
+    pub(crate) discovered_pools: RawDiscoveredPools,
     /// Writing the plan to balloon Deployments and CapacityBuffers.
     #[serde(default)]
-    pub actuation: RawActuation,
+    pub(crate) actuation: RawActuation,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawKubeGpu {
+pub(crate) struct RawKubeGpu {
     /// Device-plugin resource name.
     #[serde(default = "default_gpu_resource")]
-    pub resource: String,
+    pub(crate) resource: String,
     /// DRA DeviceClasses whose devices are GPUs.
     #[serde(default = "default_gpu_device_classes")]
-    pub device_classes: Vec<String>,
+    pub(crate) device_classes: Vec<String>,
     /// DRA drivers (ResourceSlice `spec.driver`) whose devices are GPUs.
     #[serde(default = "default_gpu_drivers")]
-    pub drivers: Vec<String>,
+    pub(crate) drivers: Vec<String>,
     /// DRA device attributes whose shared value means one NVLink domain (a
     /// claim's `matchAttribute` on one requires it; slices give domain sizes).
     #[serde(default)]
-    pub nvlink_domain_attributes: Vec<String>,
+    pub(crate) nvlink_domain_attributes: Vec<String>,
 }
 
 impl Default for RawKubeGpu {
@@ -113,21 +113,21 @@ impl Default for RawKubeGpu {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawNodeLabels {
+pub(crate) struct RawNodeLabels {
     /// Tried in order; the first a node carries names its pool.
     #[serde(default = "default_pool_labels")]
-    pub pool: Vec<String>,
+    pub(crate) pool: Vec<String>,
     #[serde(default = "default_capacity_type_label")]
-    pub capacity_type: String,
+    pub(crate) capacity_type: String,
     #[serde(default = "default_product_label")]
-    pub gpu_product: String,
+    pub(crate) gpu_product: String,
     #[serde(default = "default_count_label")]
-    pub gpu_count: String,
+    pub(crate) gpu_count: String,
     #[serde(default = "default_zone_label")]
-    pub zone: String,
+    pub(crate) zone: String,
     /// Nodes sharing this label's value are one rack / fabric block; no default.
     #[serde(default)]
-    pub rack: Option<String>,
+    pub(crate) rack: Option<String>,
 }
 
 impl Default for RawNodeLabels {
@@ -145,34 +145,34 @@ impl Default for RawNodeLabels {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub struct RawDiscoveredPools {
+pub(crate) struct RawDiscoveredPools {
     /// By capacity type (`reserved`, `on-demand`, `spot`); a pool whose type has no price is reported, not planned.
     #[serde(default)]
-    pub price_per_node_hour: BTreeMap<String, f64>,
+    pub(crate) price_per_node_hour: BTreeMap<String, f64>,
     #[serde(default = "default_discovered_provisioning_secs")]
-    pub provisioning_secs: f64,
+    pub(crate) provisioning_secs: f64,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub struct RawActuation {
+pub(crate) struct RawActuation {
     /// `off` (default), `dry-run` (report the change), `apply` (patch it).
     #[serde(default)]
-    pub mode: Option<String>,
+    pub(crate) mode: Option<String>,
     /// Balloon Deployments whose `spec.replicas` is a pool's buffer nodes.
     #[serde(default)]
-    pub balloons: Vec<RawActuationTarget>,
+    pub(crate) balloons: Vec<RawActuationTarget>,
     /// CapacityBuffers whose `spec.replicas` is a pool's buffer nodes.
     #[serde(default)]
-    pub capacity_buffers: Vec<RawActuationTarget>,
+    pub(crate) capacity_buffers: Vec<RawActuationTarget>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawActuationTarget {
-    pub pool: String,
-    pub namespace: String,
-    pub name: String,
+pub(crate) struct RawActuationTarget {
+    pub(crate) pool: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
 }
 
 fn default_kube_refresh_secs() -> f64 {
@@ -218,29 +218,29 @@ fn default_discovered_provisioning_secs() -> f64 {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawForecast {
+pub(crate) struct RawForecast {
     /// Off: decisions stay reactive and no forecast is computed.
     #[serde(default = "default_true")]
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// How often each workload's forecast is refitted on new history.
     #[serde(default = "default_refit_interval_secs")]
-    pub refit_interval_secs: f64,
+    pub(crate) refit_interval_secs: f64,
     /// How often the model is chosen again by backtest (the costly part); refits in between reuse the choice.
     #[serde(default = "default_reselect_interval_secs")]
-    pub reselect_interval_secs: f64,
+    pub(crate) reselect_interval_secs: f64,
     /// History each fit reads from the store.
     #[serde(default = "default_history_days")]
-    pub history_days: f64,
+    pub(crate) history_days: f64,
     /// Rolling origins for model selection and intervals.
     #[serde(default = "default_origins")]
-    pub origins: usize,
+    pub(crate) origins: usize,
     /// Quantiles reported beside the point forecast.
     #[serde(default = "default_quantiles")]
-    pub quantiles: Vec<f64>,
+    pub(crate) quantiles: Vec<f64>,
     /// Seasonal periods, shortest first ("daily", then "weekly"); each a
     /// whole number of store buckets.
     #[serde(default = "default_seasons_secs")]
-    pub seasons_secs: Vec<u64>,
+    pub(crate) seasons_secs: Vec<u64>,
 }
 
 impl Default for RawForecast {
@@ -259,24 +259,24 @@ impl Default for RawForecast {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSizing {
+pub(crate) struct RawSizing {
     /// `predictive` (forecast, falling back to reactive without one) or `reactive`.
     #[serde(default = "default_policy")]
-    pub policy: String,
+    pub(crate) policy: String,
     /// Forecast quantile replicas are sized for; one of `forecast.quantiles`.
     #[serde(default = "default_sizing_quantile")]
-    pub quantile: f64,
+    pub(crate) quantile: f64,
     /// A lower replica count waits this long (the highest recommendation in the window wins).
     #[serde(default = "default_stabilization_secs")]
-    pub scale_down_stabilization_secs: f64,
+    pub(crate) scale_down_stabilization_secs: f64,
     /// Time step of the node plan's timeline.
     #[serde(default = "default_plan_step_secs")]
-    pub plan_step_secs: u64,
+    pub(crate) plan_step_secs: u64,
     /// With the target signal stale, answer from the last good forecast for
     /// this long (never below the last decision), then give no answer so
     /// KEDA's fallback applies; 0: no answer as soon as the signal is stale.
     #[serde(default = "default_forecast_only_secs")]
-    pub forecast_only_secs: f64,
+    pub(crate) forecast_only_secs: f64,
 }
 
 fn default_forecast_only_secs() -> f64 {
@@ -310,46 +310,46 @@ fn default_plan_step_secs() -> u64 {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawPool {
-    pub name: String,
+pub(crate) struct RawPool {
+    pub(crate) name: String,
     /// GPU product, as in profiles' `gpu_type` (e.g. `nvidia-h100-80gb`).
-    pub gpu_type: String,
-    pub gpus_per_node: u32,
+    pub(crate) gpu_type: String,
+    pub(crate) gpus_per_node: u32,
     /// GPUs per NVLink domain on a node; default: the whole node.
     #[serde(default)]
-    pub nvlink_domain_gpus: Option<u32>,
+    pub(crate) nvlink_domain_gpus: Option<u32>,
     /// Nodes per rack / fabric that multi-node replicas must stay inside; default: one fabric.
     #[serde(default)]
-    pub nodes_per_rack: Option<u32>,
+    pub(crate) nodes_per_rack: Option<u32>,
     /// `reserved`, `on-demand` or `spot`.
-    pub capacity_type: String,
+    pub(crate) capacity_type: String,
     #[serde(default)]
-    pub price_per_node_hour: f64,
+    pub(crate) price_per_node_hour: f64,
     /// Asking for a node to the node being Ready.
-    pub provisioning_secs: f64,
+    pub(crate) provisioning_secs: f64,
     #[serde(default)]
-    pub max_nodes: Option<u32>,
+    pub(crate) max_nodes: Option<u32>,
     /// Labels the pool's nodes carry (beyond `karpenter.sh/nodepool` and
     /// `karpenter.sh/capacity-type`, which are implied), matched against pods' node selectors.
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// Taints the pool's nodes carry; default: what its nodes show, with Kubernetes inputs on.
     #[serde(default)]
-    pub taints: Vec<crate::capacity::Taint>,
+    pub(crate) taints: Vec<crate::capacity::Taint>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawReservation {
-    pub name: String,
-    pub pool: String,
-    pub nodes: u32,
+pub(crate) struct RawReservation {
+    pub(crate) name: String,
+    pub(crate) pool: String,
+    pub(crate) nodes: u32,
     /// RFC 3339; the reservation covers [start, end).
-    pub start: String,
-    pub end: String,
+    pub(crate) start: String,
+    pub(crate) end: String,
     /// Already paid whether used or not (a capacity block, a commitment).
     #[serde(default = "default_true")]
-    pub paid: bool,
+    pub(crate) paid: bool,
 }
 
 fn default_true() -> bool {
@@ -380,12 +380,12 @@ fn default_tick_interval_secs() -> f64 {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawGrpc {
+pub(crate) struct RawGrpc {
     #[serde(default = "default_grpc_listen")]
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Serve TLS instead of plaintext h2c.
     #[serde(default)]
-    pub tls: Option<RawTls>,
+    pub(crate) tls: Option<RawTls>,
 }
 
 impl Default for RawGrpc {
@@ -400,30 +400,30 @@ fn default_grpc_listen() -> SocketAddr {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawTls {
+pub(crate) struct RawTls {
     /// PEM certificate chain of this server.
-    pub cert_file: PathBuf,
+    pub(crate) cert_file: PathBuf,
     /// PEM private key of this server.
-    pub key_file: PathBuf,
+    pub(crate) key_file: PathBuf,
     /// PEM CA bundle; when set, clients must present a certificate it signed (mTLS).
     #[serde(default)]
-    pub client_ca_file: Option<PathBuf>,
+    pub(crate) client_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawHttp {
+pub(crate) struct RawHttp {
     #[serde(default = "default_http_listen")]
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Serve HTTPS instead of HTTP (and, with `client_ca_file`, require client certificates).
     #[serde(default)]
-    pub tls: Option<RawTls>,
+    pub(crate) tls: Option<RawTls>,
     /// A file holding a bearer token that `/api/*` and `/ui` then require; probes and `/metrics` stay open.
     #[serde(default)]
-    pub bearer_token_file: Option<PathBuf>,
+    pub(crate) bearer_token_file: Option<PathBuf>,
     /// Requests served at once; past it the server answers 503 at once instead of queueing.
     #[serde(default = "default_http_max_in_flight")]
-    pub max_in_flight: usize,
+    pub(crate) max_in_flight: usize,
 }
 
 impl Default for RawHttp {
@@ -447,21 +447,21 @@ fn default_http_listen() -> SocketAddr {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawStore {
+pub(crate) struct RawStore {
     /// The history database, relative to this file; `null` keeps history in memory only.
     #[serde(default = "default_store_path")]
-    pub path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
     /// Width of one history bucket.
     #[serde(default = "default_resolution_secs")]
-    pub resolution_secs: u64,
+    pub(crate) resolution_secs: u64,
     #[serde(default = "default_retention_days")]
-    pub retention_days: f64,
+    pub(crate) retention_days: f64,
     /// How often recorded history is made durable; a crash loses at most this much.
     #[serde(default = "default_flush_interval_secs")]
-    pub flush_interval_secs: f64,
+    pub(crate) flush_interval_secs: f64,
     /// Page cache of the database.
     #[serde(default = "default_cache_mib")]
-    pub cache_mib: u64,
+    pub(crate) cache_mib: u64,
 }
 
 impl Default for RawStore {
@@ -494,13 +494,13 @@ fn default_cache_mib() -> u64 {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawDefaults {
+pub(crate) struct RawDefaults {
     #[serde(default)]
-    pub min_replicas: u32,
+    pub(crate) min_replicas: u32,
     #[serde(default = "default_max_replicas")]
-    pub max_replicas: u32,
+    pub(crate) max_replicas: u32,
     #[serde(default)]
-    pub activation_threshold: f64,
+    pub(crate) activation_threshold: f64,
 }
 
 impl Default for RawDefaults {
@@ -515,38 +515,38 @@ fn default_max_replicas() -> u32 {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawWorkload {
+pub(crate) struct RawWorkload {
     /// Workload name; a ScaledObject selects it with trigger metadata `workload`.
-    pub name: String,
+    pub(crate) name: String,
     #[serde(default = "default_namespace")]
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Capacity profile name (a file in `models/` or `models_dir`).
-    pub model: String,
+    pub(crate) model: String,
     #[serde(default)]
-    pub min_replicas: Option<u32>,
+    pub(crate) min_replicas: Option<u32>,
     #[serde(default)]
-    pub max_replicas: Option<u32>,
+    pub(crate) max_replicas: Option<u32>,
     /// Signals to record; default: concurrency, queue_depth, request_rate,
     /// prompt_tokens_rate, generation_tokens_rate (plus the target signal).
     #[serde(default)]
-    pub signals: Option<Vec<Signal>>,
+    pub(crate) signals: Option<Vec<Signal>>,
     /// The signal replicas are sized on, and what one replica handles.
-    pub target: RawTarget,
+    pub(crate) target: RawTarget,
     #[serde(default)]
-    pub activation_threshold: Option<f64>,
+    pub(crate) activation_threshold: Option<f64>,
     /// Signals older than this are stale: no decision, KEDA's fallback applies.
     /// Default: three source intervals.
     #[serde(default)]
-    pub stale_after_secs: Option<f64>,
+    pub(crate) stale_after_secs: Option<f64>,
     /// Where the signals come from, as a one-key map: `source: {demo: {...}}`.
     #[serde(with = "serde_yaml_ng::with::singleton_map")]
-    pub source: SourceConfig,
+    pub(crate) source: SourceConfig,
     /// Forecast-only: compute and report the predictive answer, tell KEDA the reactive one.
     #[serde(default)]
-    pub shadow: bool,
+    pub(crate) shadow: bool,
     /// Replica shape stated here wins over the cluster's and the profile's.
     #[serde(default)]
-    pub shape: Option<StatedShape>,
+    pub(crate) shape: Option<StatedShape>,
 }
 
 fn default_namespace() -> String {
@@ -555,10 +555,10 @@ fn default_namespace() -> String {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawTarget {
-    pub signal: Signal,
+pub(crate) struct RawTarget {
+    pub(crate) signal: Signal,
     /// Signal units one replica handles; default for `concurrency`: the
     /// profile's `concurrency_per_replica`.
     #[serde(default)]
-    pub per_replica: Option<f64>,
+    pub(crate) per_replica: Option<f64>,
 }

@@ -6,7 +6,7 @@
 use super::*;
 
 /// Kubernetes inputs with every default (in-cluster config, else `$KUBECONFIG`).
-pub fn default_kube_settings() -> KubeSettings {
+pub(crate) fn default_kube_settings() -> KubeSettings {
     let raw: raw::RawKubernetes = serde_yaml_ng::from_str("{}").expect("every kubernetes field has a default");
     validate_kubernetes(Some(raw), Path::new("."), &mut |_, _| {}).expect("given Some")
 }

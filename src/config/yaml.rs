@@ -9,12 +9,12 @@ use serde::de::DeserializeOwned;
 /// an unknown or missing key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct YamlError {
-    pub origin: String,
-    pub line: Option<usize>,
-    pub column: Option<usize>,
+    pub(crate) origin: String,
+    pub(crate) line: Option<usize>,
+    pub(crate) column: Option<usize>,
     /// Dotted path of the field at fault; empty at the document root.
-    pub field: String,
-    pub message: String,
+    pub(crate) field: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for YamlError {
@@ -36,7 +36,7 @@ impl fmt::Display for YamlError {
 impl std::error::Error for YamlError {}
 
 /// Parse `text` as a `T`, naming `origin` in any error.
-pub fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, YamlError> {
+pub(crate) fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, YamlError> {
     let de = serde_yaml_ng::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = match e.path().to_string() {

@@ -52,7 +52,7 @@ fn default_day_length_secs() -> f64 {
 
 impl DemandConfig {
     /// Target arrival rate at Unix time `t`.
-    pub fn rate_at(&self, t: f64) -> f64 {
+    pub(crate) fn rate_at(&self, t: f64) -> f64 {
         let day = t / self.day_length_secs;
         let daily = 1.0 - self.daily_amplitude * (2.0 * std::f64::consts::PI * day.fract()).cos();
         // 1970-01-01 was a Thursday: weekday 0 = Monday.
@@ -61,7 +61,7 @@ impl DemandConfig {
         (self.requests_per_sec * daily * weekly).max(0.0)
     }
 
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         if !(0.0..=100_000.0).contains(&self.requests_per_sec) {
             out.push(("requests_per_sec", format!("must be within 0..=100000, got {}", self.requests_per_sec)));
@@ -83,13 +83,13 @@ impl DemandConfig {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Request {
     /// Arrival, Unix seconds.
-    pub arrival: f64,
+    pub(crate) arrival: f64,
     pub prompt_tokens: u32,
-    pub output_tokens: u32,
+    pub(crate) output_tokens: u32,
 }
 
 /// A request of a recorded trace: offset from the trace's start, tokens.
-pub type TraceRow = (f64, u32, u32);
+pub(crate) type TraceRow = (f64, u32, u32);
 
 /// Load an Azure-format trace (`TIMESTAMP,ContextTokens,GeneratedTokens`).
 pub fn load_trace(path: &Path) -> Result<Vec<TraceRow>, String> {

@@ -82,7 +82,7 @@ impl Out<'_> {
 }
 
 /// The `/metrics` body of one pod.
-pub fn render(m: &PodMetrics, model_name: &str) -> String {
+pub(crate) fn render(m: &PodMetrics, model_name: &str) -> String {
     let labels = format!("engine=\"0\",model_name=\"{}\"", escape(model_name));
     let mut o = Out { buf: String::with_capacity(16 * 1024), labels: &labels, created: m.created };
     o.gauge("vllm:num_requests_running", "Requests in the running batch.", f64::from(m.running));

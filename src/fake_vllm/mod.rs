@@ -23,7 +23,7 @@ use std::{
 use serde::Deserialize;
 
 pub use demand::{DemandConfig, Request};
-pub use metrics::render;
+pub(crate) use metrics::render;
 
 /// A simulated fleet.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -69,7 +69,7 @@ fn default_kv_tokens() -> f64 {
 }
 
 impl SimConfig {
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = self.demand.problems();
         if self.pods == 0 || self.pods > 256 {
             out.push(("pods", format!("must be within 1..=256, got {}", self.pods)));
@@ -92,10 +92,10 @@ impl SimConfig {
 
 /// Histogram state: cumulative bucket counts, sum, count.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Hist {
-    pub counts: Vec<u64>,
-    pub sum: f64,
-    pub count: u64,
+pub(crate) struct Hist {
+    pub(crate) counts: Vec<u64>,
+    pub(crate) sum: f64,
+    pub(crate) count: u64,
 }
 
 impl Hist {
@@ -136,18 +136,18 @@ struct Running {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodMetrics {
     /// Unix time the pod (process) started: the `_created` value.
-    pub created: f64,
+    pub(crate) created: f64,
     pub running: u32,
     pub waiting: u32,
-    pub kv_cache_usage: f64,
+    pub(crate) kv_cache_usage: f64,
     pub prompt_tokens: u64,
     pub generation_tokens: u64,
     pub success_stop: u64,
     pub success_length: u64,
-    pub ttft: Hist,
-    pub itl: Hist,
-    pub e2e: Hist,
-    pub queue: Hist,
+    pub(crate) ttft: Hist,
+    pub(crate) itl: Hist,
+    pub(crate) e2e: Hist,
+    pub(crate) queue: Hist,
 }
 
 /// Output token limit: requests that hit it finish with reason `length`.
@@ -317,7 +317,7 @@ impl Fleet {
         Ok(Fleet::new(config, trace, origin))
     }
 
-    pub fn config(&self) -> &SimConfig {
+    pub(crate) fn config(&self) -> &SimConfig {
         &self.config
     }
 
@@ -347,7 +347,7 @@ impl Fleet {
 
     /// Restart pod `i` at the fleet's current time: counters start from zero
     /// and the requests it held are lost, as when a vLLM process restarts.
-    pub fn restart_pod(&mut self, i: usize) {
+    pub(crate) fn restart_pod(&mut self, i: usize) {
         if let Some(p) = self.pods.get_mut(i) {
             *p = Pod::new(self.config.clone(), self.now);
         }

@@ -44,23 +44,23 @@ const MIN_LIKE: usize = 8;
 
 /// How the latest departure from the usual shape carries into the forecast.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Anchor {
+pub(crate) struct Anchor {
     /// Persistence at steps 1..=h.
-    pub rho: Vec<f64>,
+    pub(crate) rho: Vec<f64>,
     /// The baseline of the first step ahead.
-    pub next_baseline: f64,
+    pub(crate) next_baseline: f64,
     /// The current anomaly.
-    pub anomaly: f64,
+    pub(crate) anomaly: f64,
     /// A departure held for an hour with no like of it in the past: carried
     /// whole as a level shift.
-    pub shift: bool,
+    pub(crate) shift: bool,
 }
 
 impl Anchor {
     /// From a gap-filled history with its step in seconds and its shortest
     /// season (steps), for `h` steps ahead. `None` when the history is too
     /// short to measure persistence.
-    pub fn new(values: &[f64], step: i64, season: Option<usize>, h: usize) -> Option<Anchor> {
+    pub(crate) fn new(values: &[f64], step: i64, season: Option<usize>, h: usize) -> Option<Anchor> {
         let n = values.len();
         let step = step.max(1);
         let m = ((NOW_SECS / step) as usize).max(1);
@@ -154,7 +154,7 @@ impl Anchor {
     /// at step `k`. A model that has followed the burst is left alone; one
     /// that forecasts the usual shape is lifted to the burst and eased back.
     /// Returns the gap.
-    pub fn apply(&self, forecast: &mut [f64]) -> f64 {
+    pub(crate) fn apply(&self, forecast: &mut [f64]) -> f64 {
         let Some(first) = forecast.first() else { return 0.0 };
         let gap = self.anomaly - (first - self.next_baseline);
         for (f, r) in forecast.iter_mut().zip(&self.rho) {

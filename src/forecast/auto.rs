@@ -92,12 +92,12 @@ pub enum Choice {
 pub struct Selection {
     pub regime: Option<Regime>,
     /// The models whose mean is the forecast (one, or an ensemble).
-    pub members: Vec<String>,
-    pub mase: Option<f64>,
+    pub(crate) members: Vec<String>,
+    pub(crate) mase: Option<f64>,
     /// Backtest residuals (actual - forecast), one row per origin: the intervals.
-    pub residuals: Vec<Vec<f64>>,
+    pub(crate) residuals: Vec<Vec<f64>>,
     /// Every candidate's backtest score, the chosen one first, then best first.
-    pub candidates: Vec<(String, f64)>,
+    pub(crate) candidates: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Clone)]
@@ -107,12 +107,12 @@ pub struct Forecaster {
 
 /// One candidate's backtest result.
 #[derive(Debug, Clone)]
-pub struct Candidate {
-    pub name: String,
+pub(crate) struct Candidate {
+    pub(crate) name: String,
     /// Component models (one, or several for an ensemble).
-    pub members: Vec<String>,
-    pub mase: f64,
-    pub forecasts: Vec<Option<Vec<f64>>>,
+    pub(crate) members: Vec<String>,
+    pub(crate) mase: f64,
+    pub(crate) forecasts: Vec<Option<Vec<f64>>>,
 }
 
 impl Forecaster {
@@ -126,17 +126,13 @@ impl Forecaster {
         Ok(Forecaster { cfg })
     }
 
-    pub fn config(&self) -> &ForecasterConfig {
-        &self.cfg
-    }
-
     /// The seasons for a series with this step.
-    pub fn seasons(&self, step: i64) -> Seasons {
+    pub(crate) fn seasons(&self, step: i64) -> Seasons {
         self.cfg.seasons.clone().unwrap_or_else(|| Seasons::calendar(step))
     }
 
     /// The regime `n` points of history put a forecast in.
-    pub fn regime(seasons: &Seasons, n: usize) -> Regime {
+    pub(crate) fn regime(seasons: &Seasons, n: usize) -> Regime {
         let usable = seasons.usable(n);
         match usable.periods().len() {
             0 => Regime::Short,
@@ -146,7 +142,7 @@ impl Forecaster {
     }
 
     /// The models a regime chooses among, its default first.
-    pub fn candidates(regime: Regime) -> Vec<Box<dyn Model>> {
+    pub(crate) fn candidates(regime: Regime) -> Vec<Box<dyn Model>> {
         super::models()
             .into_iter()
             .filter(|m| match (regime, m.name()) {
@@ -250,7 +246,7 @@ impl Forecaster {
     }
 
     /// The splits selection uses for a series of this length.
-    pub fn splits(&self, series: &Series, h: usize, regime: Regime) -> Result<Splits, ForecastError> {
+    pub(crate) fn splits(&self, series: &Series, h: usize, regime: Regime) -> Result<Splits, ForecastError> {
         let seasons = self.seasons(series.step);
         let min_train = match regime {
             Regime::Short => 3,
@@ -263,7 +259,7 @@ impl Forecaster {
     /// Candidates by backtest MASE, best first, with the median of the best
     /// three placed first (the choice) unless the best alone is as good.
     /// Empty when the history is too short for any split.
-    pub fn rank(
+    pub(crate) fn rank(
         &self,
         series: &Series,
         seasons: &Seasons,

@@ -11,18 +11,18 @@ use super::{prep, Forecast, ForecastError, Model, Seasons, Series, Train};
 
 /// One rolling origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Split {
+pub(crate) struct Split {
     /// First training point.
-    pub train_start: usize,
+    pub(crate) train_start: usize,
     /// First point forecast (one past the last training point).
-    pub origin: usize,
+    pub(crate) origin: usize,
     /// One past the last point scored.
-    pub test_end: usize,
+    pub(crate) test_end: usize,
 }
 
 impl Split {
     /// The history the model may see: nothing at or after the origin.
-    pub fn train(&self, series: &Series) -> Series {
+    pub(crate) fn train(&self, series: &Series) -> Series {
         let train = series.slice(self.train_start, self.origin);
         assert!(
             train.start + train.step * train.len() as i64 == series.time_of(self.origin),
@@ -32,16 +32,16 @@ impl Split {
     }
 
     /// What happened after the origin (raw, gaps as `NaN`).
-    pub fn actual<'a>(&self, series: &'a Series) -> &'a [f64] {
+    pub(crate) fn actual<'a>(&self, series: &'a Series) -> &'a [f64] {
         &series.values[self.origin..self.test_end]
     }
 }
 
 /// The splits of one backtest.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Splits {
-    pub horizon: usize,
-    pub list: Vec<Split>,
+pub(crate) struct Splits {
+    pub(crate) horizon: usize,
+    pub(crate) list: Vec<Split>,
 }
 
 impl Splits {
@@ -49,7 +49,7 @@ impl Splits {
     /// horizon to score. Each trains on everything before it, or on the last
     /// `train_window` points. Origins with fewer than `min_train` training
     /// points are dropped.
-    pub fn rolling(
+    pub(crate) fn rolling(
         n: usize,
         horizon: usize,
         origins: usize,
@@ -85,7 +85,7 @@ impl Splits {
 
 /// The in-sample MAE of seasonal naive on `train` (season `m`; one step if
 /// the history is shorter than a season): the MASE denominator.
-pub fn mase_scale(train: &[f64], m: Option<usize>) -> f64 {
+pub(crate) fn mase_scale(train: &[f64], m: Option<usize>) -> f64 {
     let lag = |m: usize| {
         let d: Vec<f64> =
             train.iter().skip(m).zip(train).map(|(a, b)| (a - b).abs()).filter(|d| d.is_finite()).collect();
@@ -96,20 +96,20 @@ pub fn mase_scale(train: &[f64], m: Option<usize>) -> f64 {
 
 /// Forecasts of one model at every split (`None` where it could not fit).
 #[derive(Debug, Clone, Serialize)]
-pub struct ModelRun {
-    pub model: String,
-    pub forecasts: Vec<Option<Vec<f64>>>,
+pub(crate) struct ModelRun {
+    pub(crate) model: String,
+    pub(crate) forecasts: Vec<Option<Vec<f64>>>,
     /// Seconds spent fitting and forecasting, per split that fitted.
-    pub fit_secs: Vec<f64>,
+    pub(crate) fit_secs: Vec<f64>,
     /// Why it could not fit, at the first split where it could not.
     #[serde(skip)]
-    pub first_error: Option<ForecastError>,
+    pub(crate) first_error: Option<ForecastError>,
 }
 
 /// Fits `model` at each split (on cleaned training data, with the seasons its
 /// training length supports) and forecasts the horizon. `timer` returns
 /// seconds, and is passed in so this module stays clock-free.
-pub fn run_model(
+pub(crate) fn run_model(
     series: &Series,
     seasons: &Seasons,
     splits: &Splits,
@@ -136,7 +136,12 @@ pub fn run_model(
 }
 
 /// [`run_model`] for several models, each split's history cleaned once.
-pub fn run_models(series: &Series, seasons: &Seasons, splits: &Splits, models: &[Box<dyn Model>]) -> Vec<ModelRun> {
+pub(crate) fn run_models(
+    series: &Series,
+    seasons: &Seasons,
+    splits: &Splits,
+    models: &[Box<dyn Model>],
+) -> Vec<ModelRun> {
     let mut runs: Vec<ModelRun> = models
         .iter()
         .map(|m| ModelRun {
@@ -174,7 +179,7 @@ pub fn fit_predict(train: &Series, seasons: &Seasons, model: &dyn Model, h: usiz
 
 /// As [`fit_predict`], on `values` already cleaned from `train` (so several
 /// models fitted on one history clean it once).
-pub fn fit_cleaned(
+pub(crate) fn fit_cleaned(
     values: &[f64],
     train: &Series,
     seasons: &Seasons,
@@ -205,26 +210,26 @@ pub fn fit_cleaned(
 
 /// Scores of one set of forecasts over the splits.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Scores {
+pub(crate) struct Scores {
     /// Mean over splits of MAE / in-sample seasonal-naive MAE.
-    pub mase: f64,
+    pub(crate) mase: f64,
     /// Symmetric MAPE, percent.
-    pub smape: f64,
+    pub(crate) smape: f64,
     /// Mean pinball loss of the upper quantile, scaled like MASE.
-    pub pinball_upper: Option<f64>,
+    pub(crate) pinball_upper: Option<f64>,
     /// Share of actuals inside the [lower, upper] quantile interval.
-    pub coverage: Option<f64>,
+    pub(crate) coverage: Option<f64>,
     /// Splits the model fitted at / splits in all.
-    pub fitted: usize,
-    pub splits: usize,
+    pub(crate) fitted: usize,
+    pub(crate) splits: usize,
     /// Splits that had enough earlier errors to set an interval.
-    pub interval_splits: usize,
+    pub(crate) interval_splits: usize,
 }
 
 /// Scores `forecasts` (one per split), with the intervals of
 /// [`earlier_intervals`], so coverage and pinball are out of sample too.
 /// `band` is the (lower, upper) quantile pair.
-pub fn score(
+pub(crate) fn score(
     series: &Series,
     seasons: &Seasons,
     splits: &Splits,
@@ -235,12 +240,12 @@ pub fn score(
 }
 
 /// Lower and upper bounds of a forecast's interval, one per step.
-pub type Interval = (Vec<f64>, Vec<f64>);
+pub(crate) type Interval = (Vec<f64>, Vec<f64>);
 
 /// The `band` interval each split's forecast would have been given: from the
 /// errors of earlier splits whose test windows had ended by its origin.
 /// `None` where the forecast is missing or too few earlier splits had ended.
-pub fn earlier_intervals(
+pub(crate) fn earlier_intervals(
     series: &Series,
     splits: &Splits,
     forecasts: &[Option<Vec<f64>>],
@@ -260,7 +265,7 @@ pub fn earlier_intervals(
 
 /// As [`score`], with the intervals given (e.g. `auto`'s, from its own inner
 /// backtest); a split whose interval is `None` counts for MASE and sMAPE only.
-pub fn score_with(
+pub(crate) fn score_with(
     series: &Series,
     seasons: &Seasons,
     splits: &Splits,
@@ -314,12 +319,12 @@ pub fn score_with(
 }
 
 /// Fewest earlier splits an interval is set from.
-pub const MIN_INTERVAL_SPLITS: usize = 3;
+pub(crate) const MIN_INTERVAL_SPLITS: usize = 3;
 
 /// Residuals of the splits whose test windows had ended by split `i`'s
 /// origin: all an interval at `i` may be set from. `None` when there are
 /// fewer than [`MIN_INTERVAL_SPLITS`].
-pub fn earlier_pool(
+pub(crate) fn earlier_pool(
     series: &Series,
     splits: &Splits,
     forecasts: &[Option<Vec<f64>>],
@@ -338,7 +343,7 @@ pub fn earlier_pool(
 }
 
 /// actual - forecast at each step of one split (`NaN` where the actual is a gap).
-pub fn residual_slice(series: &Series, split: &Split, forecast: &[f64]) -> Vec<f64> {
+pub(crate) fn residual_slice(series: &Series, split: &Split, forecast: &[f64]) -> Vec<f64> {
     split.actual(series).iter().zip(forecast).map(|(a, p)| a - p).collect()
 }
 
@@ -346,7 +351,7 @@ pub fn residual_slice(series: &Series, split: &Split, forecast: &[f64]) -> Vec<f
 /// residuals of earlier forecasts (`pool`, one row per split). Steps are
 /// pooled with their neighbours (a quarter of the step number either side)
 /// so a handful of splits still gives a usable quantile.
-pub fn offsets(pool: &[Vec<f64>], horizon: usize, q: f64) -> Vec<f64> {
+pub(crate) fn offsets(pool: &[Vec<f64>], horizon: usize, q: f64) -> Vec<f64> {
     (0..horizon)
         .map(|k| {
             let w = (k + 1) / 4;
@@ -372,7 +377,7 @@ pub fn offsets(pool: &[Vec<f64>], horizon: usize, q: f64) -> Vec<f64> {
 /// backtest gives, the plain empirical quantile sits inside the true one and
 /// intervals cover less than they claim; this rank is the smallest that
 /// covers at least `q` of a fresh error.
-pub fn conformal_quantile(v: &mut [f64], q: f64) -> f64 {
+pub(crate) fn conformal_quantile(v: &mut [f64], q: f64) -> f64 {
     let n = v.len();
     if n == 0 || (q - 0.5).abs() < 1e-12 {
         return quantile(v, q);
@@ -383,7 +388,7 @@ pub fn conformal_quantile(v: &mut [f64], q: f64) -> f64 {
 }
 
 /// Empirical quantile (linear interpolation); 0 for no data.
-pub fn quantile(v: &mut [f64], q: f64) -> f64 {
+pub(crate) fn quantile(v: &mut [f64], q: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
@@ -398,7 +403,7 @@ pub fn quantile(v: &mut [f64], q: f64) -> f64 {
 }
 
 /// A forecast's quantiles set from a pool of backtest residuals.
-pub fn with_intervals(mut f: Forecast, pool: &[Vec<f64>], quantiles: &[f64], non_negative: bool) -> Forecast {
+pub(crate) fn with_intervals(mut f: Forecast, pool: &[Vec<f64>], quantiles: &[f64], non_negative: bool) -> Forecast {
     let h = f.point.len();
     f.quantiles = quantiles
         .iter()

@@ -15,7 +15,7 @@ use ndarray::{Array1, Array2, Axis};
 use super::{prep::median, Fitted, ForecastError, Model, Seasons, Train};
 
 #[derive(Debug, Clone, Copy)]
-pub struct CalendarRegression;
+pub(crate) struct CalendarRegression;
 
 /// Fourier pairs per season, shortest season first; more would fit noise.
 const HARMONICS: [usize; 2] = [10, 6];

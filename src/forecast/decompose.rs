@@ -12,7 +12,7 @@
 use super::{ets, Fitted, ForecastError, Model, Seasons, Train};
 
 #[derive(Debug, Clone, Copy)]
-pub struct Mstl;
+pub(crate) struct Mstl;
 
 impl Model for Mstl {
     fn name(&self) -> &'static str {

@@ -15,18 +15,18 @@ use super::{Fitted, ForecastError, Model, Seasons, Train};
 
 /// Additive Holt-Winters on the shortest season.
 #[derive(Debug, Clone, Copy)]
-pub struct HoltWinters {
-    pub damped: bool,
+pub(crate) struct HoltWinters {
+    pub(crate) damped: bool,
 }
 
 /// Damped Holt: level and trend, no season.
 #[derive(Debug, Clone, Copy)]
-pub struct Holt;
+pub(crate) struct Holt;
 
 /// For less than two days of history: the mean of damped Holt and the latest
 /// value, so a young trend is followed without betting on it.
 #[derive(Debug, Clone, Copy)]
-pub struct ShortTrend;
+pub(crate) struct ShortTrend;
 
 impl Model for HoltWinters {
     fn name(&self) -> &'static str {

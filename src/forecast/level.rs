@@ -14,11 +14,11 @@ use super::{Fitted, ForecastError, Model, Seasons, Train};
 
 /// Simple exponential smoothing.
 #[derive(Debug, Clone, Copy)]
-pub struct Ses;
+pub(crate) struct Ses;
 
 /// The median of the same phase over the last [`MEDIAN_CYCLES`] cycles.
 #[derive(Debug, Clone, Copy)]
-pub struct SeasonalMedian;
+pub(crate) struct SeasonalMedian;
 
 /// Cycles of the shortest season the median is taken over (at most).
 const MEDIAN_CYCLES: usize = 7;

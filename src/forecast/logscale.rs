@@ -16,9 +16,9 @@
 use super::{Fitted, ForecastError, Model, Seasons, Train};
 
 /// `inner` on the log scale, called `name`.
-pub struct LogScale {
-    pub inner: Box<dyn Model>,
-    pub name: &'static str,
+pub(crate) struct LogScale {
+    pub(crate) inner: Box<dyn Model>,
+    pub(crate) name: &'static str,
 }
 
 impl Model for LogScale {

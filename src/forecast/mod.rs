@@ -27,21 +27,21 @@
 //! - `linfa-linear` solves the calendar regression's least squares (linfa 0.8
 //!   pins ndarray 0.16, so that is the ndarray we use).
 
-pub mod anchor;
+pub(crate) mod anchor;
 pub mod auto;
 pub mod backtest;
-pub mod calendar;
-pub mod decompose;
-pub mod ets;
-pub mod level;
-pub mod logscale;
-pub mod naive;
-pub mod prep;
+pub(crate) mod calendar;
+pub(crate) mod decompose;
+pub(crate) mod ets;
+pub(crate) mod level;
+pub(crate) mod logscale;
+pub(crate) mod naive;
+pub(crate) mod prep;
 
 use serde::Serialize;
 
 pub use auto::{Forecaster, ForecasterConfig};
-pub use backtest::{Split, Splits};
+pub(crate) use backtest::Splits;
 
 /// A regularly spaced series. `NaN` marks a gap.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,7 +89,7 @@ impl Seasons {
     }
 
     /// Explicit periods (e.g. from `--season`); must be at least 2 steps.
-    pub fn new(mut periods: Vec<usize>) -> Result<Seasons, ForecastError> {
+    pub(crate) fn new(mut periods: Vec<usize>) -> Result<Seasons, ForecastError> {
         periods.sort_unstable();
         periods.dedup();
         if let Some(&p) = periods.iter().find(|&&p| p < 2) {
@@ -102,12 +102,12 @@ impl Seasons {
         &self.0
     }
 
-    pub fn shortest(&self) -> Option<usize> {
+    pub(crate) fn shortest(&self) -> Option<usize> {
         self.0.first().copied()
     }
 
     /// Only the periods with at least two full cycles in `n` points.
-    pub fn usable(&self, n: usize) -> Seasons {
+    pub(crate) fn usable(&self, n: usize) -> Seasons {
         Seasons(self.0.iter().copied().filter(|&p| n >= 2 * p).collect())
     }
 }
@@ -125,7 +125,7 @@ pub enum Regime {
 }
 
 impl Regime {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Regime::Seasonal => "seasonal",
             Regime::Daily => "daily",
@@ -137,16 +137,16 @@ impl Regime {
 /// What a model is fitted on: gap-free values (see [`prep`]) and where they sit in time.
 #[derive(Debug, Clone, Copy)]
 pub struct Train<'a> {
-    pub values: &'a [f64],
+    pub(crate) values: &'a [f64],
     /// Unix seconds of `values[0]`.
-    pub start: i64,
-    pub step: i64,
+    pub(crate) start: i64,
+    pub(crate) step: i64,
     /// Periods the model may use (already cut to what the history supports).
-    pub seasons: &'a Seasons,
+    pub(crate) seasons: &'a Seasons,
 }
 
 impl Train<'_> {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.values.len()
     }
 
@@ -186,11 +186,11 @@ pub struct Forecast {
     pub regime: Regime,
     /// Unix seconds of the first forecast point (one step after the last observation).
     pub start: i64,
-    pub step: i64,
+    pub(crate) step: i64,
     pub point: Vec<f64>,
     pub quantiles: Vec<QuantileForecast>,
     /// Backtest MASE of the chosen model (lower is better; 1.0 = as good as seasonal naive in sample).
-    pub backtest_mase: Option<f64>,
+    pub(crate) backtest_mase: Option<f64>,
     /// Added to every step because the latest observations moved away from
     /// the usual and held for an hour with nothing like it before (see
     /// `anchor`); `None` when no shift was carried whole.
@@ -202,7 +202,7 @@ pub struct Forecast {
     pub selection: auto::Selection,
     /// The selection was reused ([`auto::Choice::Reuse`]), not made for this forecast.
     #[serde(skip)]
-    pub reused_selection: bool,
+    pub(crate) reused_selection: bool,
 }
 
 impl Forecast {
@@ -245,7 +245,7 @@ pub fn models() -> Vec<Box<dyn Model>> {
 }
 
 /// The model called `name`.
-pub fn model(name: &str) -> Result<Box<dyn Model>, ForecastError> {
+pub(crate) fn model(name: &str) -> Result<Box<dyn Model>, ForecastError> {
     let all = models();
     let known = all.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
     all.into_iter().find(|m| m.name() == name).ok_or_else(|| ForecastError::UnknownModel(name.to_string(), known))

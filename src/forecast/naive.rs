@@ -4,7 +4,7 @@
 use super::{Fitted, ForecastError, Model, Seasons, Train};
 
 #[derive(Debug, Clone, Copy)]
-pub enum SeasonalNaive {
+pub(crate) enum SeasonalNaive {
     /// The shortest season (a day on calendar seasons).
     Daily,
     /// The second season (a week).

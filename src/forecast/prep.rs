@@ -7,7 +7,7 @@ use super::ForecastError;
 
 /// Linear interpolation across gaps (`NaN`); a leading gap takes the first
 /// observed value and a trailing gap the last.
-pub fn fill_gaps(values: &[f64]) -> Result<Vec<f64>, ForecastError> {
+pub(crate) fn fill_gaps(values: &[f64]) -> Result<Vec<f64>, ForecastError> {
     let first = values.iter().position(|v| v.is_finite()).ok_or(ForecastError::NoData)?;
     let mut out = values.to_vec();
     let mut prev = first;
@@ -59,7 +59,7 @@ const SPIKE_SIGMAS: f64 = 6.0;
 /// The scale is the larger of the window's MAD and the series' typical
 /// step-to-step change, so a smooth curve's peaks are never taken for spikes.
 /// Returns how many points were replaced.
-pub fn clip_spikes(values: &mut [f64], half: usize, periods: &[usize]) -> usize {
+pub(crate) fn clip_spikes(values: &mut [f64], half: usize, periods: &[usize]) -> usize {
     let n = values.len();
     if n < 3 || half == 0 {
         return 0;
@@ -130,13 +130,13 @@ fn sorted_median(v: &[f64]) -> f64 {
 }
 
 /// Half-width of the spike window: half an hour, and at least 3 points.
-pub fn spike_half_window(step_secs: i64) -> usize {
+pub(crate) fn spike_half_window(step_secs: i64) -> usize {
     ((1800 + step_secs - 1) / step_secs.max(1)).max(3) as usize
 }
 
 /// Gaps filled and spikes clipped (recurring ones at `periods` kept): what
 /// every model is fitted on.
-pub fn clean(values: &[f64], step_secs: i64, periods: &[usize]) -> Result<Vec<f64>, ForecastError> {
+pub(crate) fn clean(values: &[f64], step_secs: i64, periods: &[usize]) -> Result<Vec<f64>, ForecastError> {
     let mut v = fill_gaps(values)?;
     clip_spikes(&mut v, spike_half_window(step_secs), periods);
     Ok(v)

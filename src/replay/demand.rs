@@ -41,8 +41,8 @@ pub struct Demand {
 /// Mean tokens per request.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TokenMix {
-    pub prompt_tokens: f64,
-    pub output_tokens: f64,
+    pub(crate) prompt_tokens: f64,
+    pub(crate) output_tokens: f64,
 }
 
 impl TokenMix {
@@ -57,7 +57,7 @@ impl TokenMix {
     }
 
     /// The means of a request log.
-    pub fn of_requests(rows: &[TraceRow]) -> Option<TokenMix> {
+    pub(crate) fn of_requests(rows: &[TraceRow]) -> Option<TokenMix> {
         if rows.is_empty() {
             return None;
         }
@@ -75,7 +75,7 @@ impl Demand {
     }
 
     /// Expected rate at `secs` after the start (held within a minute; 0 past the end).
-    pub fn rate_at(&self, secs: f64) -> f64 {
+    pub(crate) fn rate_at(&self, secs: f64) -> f64 {
         if secs < 0.0 {
             return 0.0;
         }
@@ -86,7 +86,7 @@ impl Demand {
     /// points (gaps bridged the same way), one value per minute, scaled so
     /// the 99th percentile minute is `peak_rps` (a percentile, not the
     /// maximum, so one freak spike does not shrink the rest of the trace).
-    pub fn from_series(series: &Series, peak_rps: f64, mix: TokenMix) -> Result<Demand, SimError> {
+    pub(crate) fn from_series(series: &Series, peak_rps: f64, mix: TokenMix) -> Result<Demand, SimError> {
         if !(peak_rps.is_finite() && peak_rps > 0.0) {
             return Err(SimError::Input(format!("peak rate must be a number > 0, got {peak_rps}")));
         }
@@ -129,7 +129,7 @@ impl Demand {
     /// Multiply each minute by the burstiness of a request log: its arrivals
     /// per minute over their centred 15-minute mean, tiled from `phase`
     /// minutes in. Partial minutes at the log's ends are dropped.
-    pub fn with_bursts(mut self, rows: &[TraceRow], phase: usize) -> Result<Demand, SimError> {
+    pub(crate) fn with_bursts(mut self, rows: &[TraceRow], phase: usize) -> Result<Demand, SimError> {
         if self.arrivals.is_some() {
             return Err(SimError::Input("recorded arrivals already carry their own bursts".into()));
         }
@@ -168,7 +168,7 @@ impl Demand {
     }
 
     /// The minutes `[from, to)` as their own demand.
-    pub fn window(&self, from: usize, to: usize) -> Demand {
+    pub(crate) fn window(&self, from: usize, to: usize) -> Demand {
         let to = to.min(self.rate.len());
         let from = from.min(to);
         let arrivals = self.arrivals.as_ref().map(|a| a[(from * 60).min(a.len())..(to * 60).min(a.len())].to_vec());

@@ -9,12 +9,12 @@ use crate::sizing::predictive::Stabiliser;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HpaConfig {
     /// Changes within this ratio of the current replicas are ignored.
-    pub tolerance: f64,
+    pub(crate) tolerance: f64,
     /// `behavior.scaleDown.stabilizationWindowSeconds`.
-    pub scale_down_window_secs: f64,
+    pub(crate) scale_down_window_secs: f64,
     /// Scale-up limit per decision: the larger of +percent and +pods (default 100% or 4 pods per 15 s).
-    pub scale_up_percent: f64,
-    pub scale_up_pods: u32,
+    pub(crate) scale_up_percent: f64,
+    pub(crate) scale_up_pods: u32,
 }
 
 impl Default for HpaConfig {
@@ -25,18 +25,18 @@ impl Default for HpaConfig {
 
 /// The HPA's replica calculation for one decision.
 #[derive(Debug, Clone, Default)]
-pub struct Hpa {
-    pub cfg: HpaConfig,
+pub(crate) struct Hpa {
+    pub(crate) cfg: HpaConfig,
     stab: Stabiliser,
 }
 
 impl Hpa {
-    pub fn new(cfg: HpaConfig) -> Hpa {
+    pub(crate) fn new(cfg: HpaConfig) -> Hpa {
         Hpa { cfg, stab: Stabiliser::default() }
     }
 
     /// Replicas after the HPA's rules, from the current count and what the metric asks for.
-    pub fn step(&mut self, t: f64, current: u32, wanted: u32) -> u32 {
+    pub(crate) fn step(&mut self, t: f64, current: u32, wanted: u32) -> u32 {
         let mut rec = wanted;
         if current > 0 && (f64::from(wanted) / f64::from(current) - 1.0).abs() <= self.cfg.tolerance {
             rec = current;

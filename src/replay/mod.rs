@@ -30,28 +30,27 @@
 //!
 //! Conservation holds at every step: arrived = admitted + dropped + queued.
 
-pub mod demand;
+pub(crate) mod demand;
+mod fleet;
 mod fluid;
 mod hpa;
+mod ledger;
 mod oracle;
 pub mod policy;
-pub mod servegen;
+pub(crate) mod servegen;
 
-use std::collections::VecDeque;
-
+use fleet::Fleet;
 use fluid::{Arrivals, Event, Queue};
+use ledger::{Ledger, Windows};
 
 use serde::Serialize;
 
 pub use demand::{Demand, Synthetic, TokenMix};
-pub use hpa::{Hpa, HpaConfig};
+pub(crate) use hpa::{Hpa, HpaConfig};
 pub use oracle::Oracle;
-pub use policy::{Decision, Observation, Policy};
+pub(crate) use policy::{Decision, Observation, Policy};
 
-use crate::sizing::{
-    predictive::{Queueing, Stabiliser},
-    profile::Profile,
-};
+use crate::sizing::{predictive::Queueing, profile::Profile};
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum SimError {
@@ -77,24 +76,24 @@ pub struct Pool {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Capacity {
     pub slots: f64,
-    pub itl_secs: f64,
-    pub output_tokens: f64,
+    pub(crate) itl_secs: f64,
+    pub(crate) output_tokens: f64,
     /// Mean time a request holds a slot.
-    pub service_secs: f64,
+    pub(crate) service_secs: f64,
     /// Requests per second one replica completes when every slot is busy.
-    pub requests_per_sec: f64,
-    pub wait_budget_secs: f64,
+    pub(crate) requests_per_sec: f64,
+    pub(crate) wait_budget_secs: f64,
     /// Share of requests the sizing lets wait past the budget: one minus the
     /// per-minute attainment target the run is scored on.
-    pub wait_miss: f64,
-    pub gpus_per_replica: u32,
-    pub nodes_per_replica: u32,
-    pub gpus_per_node: u32,
-    pub node_boot_secs: f64,
+    pub(crate) wait_miss: f64,
+    pub(crate) gpus_per_replica: u32,
+    pub(crate) nodes_per_replica: u32,
+    pub(crate) gpus_per_node: u32,
+    pub(crate) node_boot_secs: f64,
     /// Image pull + weights load.
-    pub pod_start_secs: f64,
-    pub min_replicas: u32,
-    pub max_replicas: u32,
+    pub(crate) pod_start_secs: f64,
+    pub(crate) min_replicas: u32,
+    pub(crate) max_replicas: u32,
 }
 
 impl Capacity {
@@ -157,7 +156,7 @@ impl Capacity {
     }
 
     /// Replicas whose slots would hold `queue` waiting requests.
-    pub fn replicas_for_queue(&self, queue: f64) -> u32 {
+    pub(crate) fn replicas_for_queue(&self, queue: f64) -> u32 {
         if queue.is_nan() || queue <= 0.0 {
             return 0;
         }
@@ -174,7 +173,7 @@ impl Capacity {
     }
 
     /// Nodes `replicas` occupy.
-    pub fn nodes_for(&self, replicas: u32) -> u32 {
+    pub(crate) fn nodes_for(&self, replicas: u32) -> u32 {
         match self.per_node() {
             0 => replicas.saturating_mul(self.nodes_per_replica),
             k => replicas.div_ceil(k),
@@ -182,7 +181,7 @@ impl Capacity {
     }
 
     /// Replicas `nodes` hold.
-    pub fn replicas_on(&self, nodes: u32) -> u32 {
+    pub(crate) fn replicas_on(&self, nodes: u32) -> u32 {
         match self.per_node() {
             0 => nodes / self.nodes_per_replica,
             k => nodes.saturating_mul(k),
@@ -234,50 +233,50 @@ impl Default for SimConfig {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     pub policy: String,
-    pub minutes: usize,
+    pub(crate) minutes: usize,
     /// GPU-hours of every provisioned node (reserved, on-demand, booting).
     pub gpu_hours: f64,
     /// GPU-hours not serving requests: idle nodes, starting replicas, unused batch slots.
-    pub idle_gpu_hours: f64,
-    pub cost: f64,
-    pub reserved_cost: f64,
-    pub on_demand_cost: f64,
+    pub(crate) idle_gpu_hours: f64,
+    pub(crate) cost: f64,
+    pub(crate) reserved_cost: f64,
+    pub(crate) on_demand_cost: f64,
     /// Share of finished requests (admitted or dropped) that met the TTFT target.
     pub slo_attainment: f64,
     pub violation_minutes: usize,
     /// Replicas started (each pays the pod start, plus a node boot when no node was free).
-    pub cold_starts: u64,
-    pub node_boots: u64,
-    pub peak_queue: f64,
+    pub(crate) cold_starts: u64,
+    pub(crate) node_boots: u64,
+    pub(crate) peak_queue: f64,
     pub arrived: f64,
     /// Admitted to a batch slot.
     pub served: f64,
     pub dropped: f64,
     /// Still waiting at the end.
     pub queued: f64,
-    pub mean_replicas: f64,
-    pub max_replicas: u32,
+    pub(crate) mean_replicas: f64,
+    pub(crate) max_replicas: u32,
 }
 
 /// One minute of the run, for plots.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Minute {
-    pub minute: usize,
-    pub unix: i64,
+    pub(crate) minute: usize,
+    pub(crate) unix: i64,
     /// Expected requests per second.
-    pub demand_rps: f64,
+    pub(crate) demand_rps: f64,
     /// Arrived requests per second.
-    pub arrived_rps: f64,
+    pub(crate) arrived_rps: f64,
     /// Replicas the Deployment asks for at the minute's end.
-    pub replicas: u32,
-    pub ready_replicas: u32,
-    pub nodes: u32,
-    pub queue: f64,
+    pub(crate) replicas: u32,
+    pub(crate) ready_replicas: u32,
+    pub(crate) nodes: u32,
+    pub(crate) queue: f64,
     /// Share of this minute's arrivals that met the TTFT target (NaN: none finished).
-    pub attainment: f64,
+    pub(crate) attainment: f64,
     pub arrived: f64,
-    pub served: f64,
-    pub dropped: f64,
+    pub(crate) served: f64,
+    pub(crate) dropped: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -288,7 +287,7 @@ pub struct Run {
 
 /// Index of dispersion (variance / mean) of arrival counts; 1 (Poisson)
 /// until there are enough counts to tell.
-pub fn dispersion(counts: &[f64]) -> f64 {
+pub(crate) fn dispersion(counts: &[f64]) -> f64 {
     if counts.len() < 4 {
         return 1.0;
     }
@@ -320,41 +319,6 @@ pub fn simulate(
         return Err(SimError::Input("poll interval and rate window must be at least one step".into()));
     }
     let dt = cfg.step_secs;
-    let steps_per_min = (60.0 / dt).round() as usize;
-    let poll_steps = (cfg.poll_secs / dt).round().max(1.0) as usize;
-    let window_steps = (cfg.rate_window_secs / dt).round().max(1.0) as usize;
-    let minutes = demand.minutes();
-    let mut arrivals = Arrivals::new(cfg);
-    let mut hpa = cfg.hpa.clone().filter(|_| policy.via_hpa()).map(Hpa::new);
-    let mut node_stab = Stabiliser::default();
-
-    let mut history = history.to_vec();
-    let history_start = demand.start - 60 * history.len() as i64;
-    // Start in a steady state: the oracle's fleet for the first minute, on ready nodes.
-    let mut ready = cap.replicas_for_rate(demand.rate_at(0.0)).max(cap.min_replicas);
-    let mut nodes_ready = cap.nodes_for(ready).max(pool.reserved_nodes);
-    let mut starting: Vec<f64> = Vec::new();
-    let mut booting: Vec<f64> = Vec::new();
-    let mut pending = 0u32;
-    let mut warm = 0u32;
-    let mut queue = Queue::default();
-    let mut recent: VecDeque<f64> = VecDeque::with_capacity(window_steps + 1);
-    let mut recent_sum = 0.0f64;
-    // Arrivals per poll over the last ten minutes: the burstiness the policies may measure.
-    let polls_kept = ((600.0 / cfg.poll_secs).round() as usize).max(2);
-    let mut per_poll: VecDeque<f64> = VecDeque::with_capacity(polls_kept + 1);
-    let mut since_poll = 0.0f64;
-    // Admissions within the wait budget per poll, the last minute's worth:
-    // what vLLM's queue-time histogram shows.
-    let mut admitted_polls: VecDeque<(f64, f64)> = VecDeque::new();
-    let (mut adm, mut adm_met) = (0.0f64, 0.0f64);
-    let (mut met, mut done) = (vec![0.0f64; minutes], vec![0.0f64; minutes]);
-    let mut timeline = Vec::with_capacity(minutes);
-    let (mut arrived, mut served, mut dropped) = (0.0f64, 0.0f64, 0.0f64);
-    let (mut minute_arrived, mut minute_served, mut minute_dropped) = (0.0f64, 0.0f64, 0.0f64);
-    let (mut gpu_secs, mut idle_secs, mut reserved_cost, mut on_demand_cost) = (0.0, 0.0, 0.0, 0.0);
-    let (mut cold_starts, mut node_boots, mut peak_queue) = (0u64, 0u64, 0.0f64);
-    let (mut replica_secs, mut max_replicas) = (0.0f64, ready);
     // A busy slot frees at 1/S per second, so full replicas complete slots/S
     // requests per second: the rate the sizing rules assume.
     if cap.service_secs.is_nan() || cap.service_secs < dt {
@@ -364,48 +328,42 @@ pub fn simulate(
         )));
     }
     let completion = dt / cap.service_secs;
+    let steps_per_min = (60.0 / dt).round() as usize;
+    let poll_steps = (cfg.poll_secs / dt).round().max(1.0) as usize;
+    let minutes = demand.minutes();
+    let mut arrivals = Arrivals::new(cfg);
+    let mut hpa = cfg.hpa.clone().filter(|_| policy.via_hpa()).map(Hpa::new);
+    let mut history = history.to_vec();
+    let history_start = demand.start - 60 * history.len() as i64;
+    // Start in a steady state: the oracle's fleet for the first minute, on ready nodes.
+    let ready = cap.replicas_for_rate(demand.rate_at(0.0)).max(cap.min_replicas);
+    let mut fleet = Fleet::new(ready, cap.nodes_for(ready).max(pool.reserved_nodes));
+    let mut queue = Queue::default();
+    let mut seen = Windows::new(cfg);
+    let mut ledger = Ledger::new(minutes, ready);
 
     for i in 0..minutes * steps_per_min {
         let t = i as f64 * dt;
         let minute = i / steps_per_min;
 
-        // Arrivals.
         let a = arrivals.next(demand, minute, t, dt);
         queue.arrive(t, a);
-        arrived += a;
-        minute_arrived += a;
-        since_poll += a;
-        recent.push_back(a);
-        recent_sum += a;
-        if recent.len() > window_steps {
-            recent_sum -= recent.pop_front().unwrap_or(0.0);
-        }
+        ledger.arrived(a);
+        seen.arrived(a);
 
-        // Decide.
-        let spec = ready + starting.len() as u32 + pending;
         if i % poll_steps == 0 {
             if i > 0 {
-                per_poll.push_back(since_poll);
-                if per_poll.len() > polls_kept {
-                    per_poll.pop_front();
-                }
-                since_poll = 0.0;
-                admitted_polls.push_back((adm, adm_met));
-                if admitted_polls.len() as f64 * cfg.poll_secs > cfg.rate_window_secs {
-                    admitted_polls.pop_front();
-                }
-                (adm, adm_met) = (0.0, 0.0);
+                seen.close_poll();
             }
-            let (a_all, a_met) = admitted_polls.iter().fold((0.0, 0.0), |s, p| (s.0 + p.0, s.1 + p.1));
+            let spec = fleet.spec();
             let obs = Observation {
-                dispersion: dispersion(per_poll.make_contiguous()),
-                wait_attainment: if a_all > 0.0 { a_met / a_all } else { f64::NAN },
+                dispersion: seen.dispersion(),
+                wait_attainment: seen.wait_attainment(),
                 t,
                 unix: demand.start as f64 + t,
                 running: queue.busy,
                 waiting: queue.queued,
-                arrival_rate: recent_sum.max(0.0) / (recent.len() as f64 * dt),
-                replicas: spec,
+                arrival_rate: seen.arrival_rate(),
                 history: &history,
                 history_start,
             };
@@ -414,143 +372,27 @@ pub fn simulate(
                 Some(h) => h.step(t, spec, d.replicas),
                 None => d.replicas,
             };
-            warm = d.warm_nodes;
-            if target > spec {
-                pending += target - spec;
-            } else {
-                let mut remove = spec - target;
-                let p = remove.min(pending);
-                pending -= p;
-                remove -= p;
-                // The latest-started go first, then ready replicas (draining).
-                starting.sort_by(|a, b| a.total_cmp(b));
-                while remove > 0 && starting.pop().is_some() {
-                    remove -= 1;
-                }
-                ready -= remove.min(ready);
-            }
+            fleet.scale_to(target, d.warm_nodes);
         }
 
-        // Cluster autoscaler.
-        let occupied = cap.nodes_for(ready + starting.len() as u32);
-        let wanted = (cap.nodes_for(ready + starting.len() as u32 + pending) + warm).max(pool.reserved_nodes);
-        let have = nodes_ready + booting.len() as u32;
-        if wanted > have {
-            for _ in have..wanted {
-                booting.push(t + pool.provisioning_secs);
-            }
-            node_boots += u64::from(wanted - have);
-        }
-        let keep = node_stab.apply(t, cfg.node_scale_down_secs, wanted).max(occupied).max(pool.reserved_nodes);
-        let have = nodes_ready + booting.len() as u32;
-        if have > keep {
-            let mut remove = have - keep;
-            booting.sort_by(|a, b| a.total_cmp(b));
-            while remove > 0 && booting.pop().is_some() {
-                remove -= 1;
-            }
-            nodes_ready -= remove.min(nodes_ready);
-        }
-        booting.retain(|at| {
-            let up = *at <= t;
-            nodes_ready += u32::from(up);
-            !up
-        });
-
-        // Scheduling and readiness.
-        let free = cap.replicas_on(nodes_ready).saturating_sub(ready + starting.len() as u32);
-        let placed = free.min(pending);
-        pending -= placed;
-        cold_starts += u64::from(placed);
-        starting.extend(std::iter::repeat_n(t + cap.pod_start_secs, placed as usize));
-        starting.retain(|at| {
-            let up = *at <= t;
-            ready += u32::from(up);
-            !up
-        });
+        fleet.step(t, cap, pool, cfg.node_scale_down_secs);
 
         // Service: slots drain, then the queue is admitted in arrival order.
-        queue.step(t, f64::from(ready) * cap.slots, completion, cap.wait_budget_secs, cfg.max_wait_secs, |e| match e {
-            Event::Admitted { at, n, in_budget } => {
-                let m = (at / 60.0) as usize;
-                done[m] += n;
-                adm += n;
-                if in_budget {
-                    met[m] += n;
-                    adm_met += n;
+        queue.step(t, f64::from(fleet.ready) * cap.slots, completion, cap.wait_budget_secs, cfg.max_wait_secs, |e| {
+            match e {
+                Event::Admitted { at, n, in_budget } => {
+                    ledger.admitted(at, n, in_budget);
+                    seen.admitted(n, in_budget);
                 }
-                served += n;
-                minute_served += n;
-            }
-            Event::Dropped { at, n } => {
-                done[(at / 60.0) as usize] += n;
-                dropped += n;
-                minute_dropped += n;
+                Event::Dropped { at, n } => ledger.dropped(at, n),
             }
         });
-        peak_queue = peak_queue.max(queue.queued);
-
-        // Accounting.
-        let nodes = nodes_ready + booting.len() as u32;
-        let gpus = f64::from(nodes * cap.gpus_per_node);
-        let util = if ready > 0 { (queue.busy / (f64::from(ready) * cap.slots)).min(1.0) } else { 0.0 };
-        gpu_secs += gpus * dt;
-        idle_secs += (gpus - f64::from(ready * cap.gpus_per_replica) * util).max(0.0) * dt;
-        reserved_cost += f64::from(pool.reserved_nodes) * pool.reserved_price_per_node_hour * dt / 3600.0;
-        on_demand_cost += f64::from(nodes.saturating_sub(pool.reserved_nodes)) * pool.price_per_node_hour * dt / 3600.0;
-        let spec = ready + starting.len() as u32 + pending;
-        replica_secs += f64::from(spec) * dt;
-        max_replicas = max_replicas.max(spec);
+        ledger.step(dt, cap, pool, fleet.nodes(), fleet.ready, fleet.spec(), queue.busy, queue.queued);
 
         if (i + 1) % steps_per_min == 0 {
-            history.push(minute_arrived / 60.0);
-            timeline.push(Minute {
-                minute,
-                unix: demand.start + 60 * minute as i64,
-                demand_rps: demand.rate[minute],
-                arrived_rps: minute_arrived / 60.0,
-                replicas: spec,
-                ready_replicas: ready,
-                nodes,
-                queue: queue.queued,
-                attainment: f64::NAN,
-                arrived: minute_arrived,
-                served: minute_served,
-                dropped: minute_dropped,
-            });
-            (minute_arrived, minute_served, minute_dropped) = (0.0, 0.0, 0.0);
+            history.push(ledger.close_minute(demand, minute, fleet.spec(), fleet.ready, fleet.nodes(), queue.queued));
             progress(minute);
         }
     }
-
-    let mut violation_minutes = 0;
-    for (row, (m, d)) in timeline.iter_mut().zip(met.iter().zip(&done)) {
-        if *d > 0.0 {
-            row.attainment = m / d;
-            violation_minutes += usize::from(m / d < cfg.minute_slo_target);
-        }
-    }
-    let finished: f64 = done.iter().sum();
-    let secs = (minutes * 60) as f64;
-    let report = Report {
-        policy: policy.name(),
-        minutes,
-        gpu_hours: gpu_secs / 3600.0,
-        idle_gpu_hours: idle_secs / 3600.0,
-        cost: reserved_cost + on_demand_cost,
-        reserved_cost,
-        on_demand_cost,
-        slo_attainment: if finished > 0.0 { met.iter().sum::<f64>() / finished } else { 1.0 },
-        violation_minutes,
-        cold_starts,
-        node_boots,
-        peak_queue,
-        arrived,
-        served,
-        dropped,
-        queued: queue.left(),
-        mean_replicas: if secs > 0.0 { replica_secs / secs } else { 0.0 },
-        max_replicas,
-    };
-    Ok(Run { report, timeline })
+    Ok(ledger.finish(policy.name(), cfg, fleet.cold_starts, fleet.node_boots, queue.left()))
 }

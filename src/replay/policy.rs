@@ -25,35 +25,33 @@ use crate::{
 #[derive(Debug, Clone, Copy)]
 pub struct Observation<'a> {
     /// Seconds since the start of the simulated window.
-    pub t: f64,
+    pub(crate) t: f64,
     /// Unix seconds now.
-    pub unix: f64,
+    pub(crate) unix: f64,
     /// Requests in a batch slot (vllm:num_requests_running, summed).
-    pub running: f64,
+    pub(crate) running: f64,
     /// Requests waiting for one (vllm:num_requests_waiting, summed).
-    pub waiting: f64,
+    pub(crate) waiting: f64,
     /// Arrivals per second over the rate window (like `rate(...[1m])`).
-    pub arrival_rate: f64,
+    pub(crate) arrival_rate: f64,
     /// Index of dispersion of arrivals per poll over the last ten minutes
     /// (1 for Poisson): what the counter's increments between scrapes show.
-    pub dispersion: f64,
+    pub(crate) dispersion: f64,
     /// Share of the requests admitted over the rate window that waited no
     /// longer than the budget (NaN: none admitted).
-    pub wait_attainment: f64,
-    /// The replica count the Deployment has now (ready, starting or pending).
-    pub replicas: u32,
+    pub(crate) wait_attainment: f64,
     /// Observed arrivals per second, one per whole minute so far (warm-up history first).
-    pub history: &'a [f64],
+    pub(crate) history: &'a [f64],
     /// Unix seconds of `history[0]`.
-    pub history_start: i64,
+    pub(crate) history_start: i64,
 }
 
 /// A policy's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Decision {
-    pub replicas: u32,
+    pub(crate) replicas: u32,
     /// Nodes to keep warm beyond what the replicas occupy (placeholder pods).
-    pub warm_nodes: u32,
+    pub(crate) warm_nodes: u32,
 }
 
 pub trait Policy {
@@ -181,8 +179,8 @@ pub struct Predictive {
     stab: Stabiliser,
     headroom: Headroom,
     /// Decisions that fell back to the live load (no usable forecast), and refits that failed.
-    pub fallbacks: u64,
-    pub refits: u64,
+    pub(crate) fallbacks: u64,
+    pub(crate) refits: u64,
 }
 
 impl Predictive {

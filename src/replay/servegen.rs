@@ -27,25 +27,25 @@ use super::{Demand, SimError, TokenMix};
 
 /// One client's trace: a window every `WINDOW_SECS`, from t = 0.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ClientTrace {
-    pub client: String,
-    pub windows: Vec<Window>,
+pub(crate) struct ClientTrace {
+    pub(crate) client: String,
+    pub(crate) windows: Vec<Window>,
 }
 
 /// ServeGen's window length.
-pub const WINDOW_SECS: usize = 600;
+pub(crate) const WINDOW_SECS: usize = 600;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Window {
+pub(crate) struct Window {
     /// Seconds from the trace's t = 0.
-    pub t: u64,
-    pub rate: f64,
-    pub gaps: Gaps,
+    pub(crate) t: u64,
+    pub(crate) rate: f64,
+    pub(crate) gaps: Gaps,
 }
 
 /// The fitted inter-arrival distribution's shape.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Gaps {
+pub(crate) enum Gaps {
     Exponential,
     Gamma { shape: f64 },
     Weibull { shape: f64 },
@@ -53,7 +53,7 @@ pub enum Gaps {
 
 /// Parse a `chunk-<client>-trace.csv` body: no header, `t_seconds,
 /// rate_req_per_s, cv, dist, param1, param2`.
-pub fn parse_client(client: &str, body: &str) -> Result<ClientTrace, SimError> {
+pub(crate) fn parse_client(client: &str, body: &str) -> Result<ClientTrace, SimError> {
     let mut windows = Vec::new();
     for (n, line) in body.lines().enumerate() {
         let line = line.trim();
@@ -95,7 +95,7 @@ pub fn parse_client(client: &str, body: &str) -> Result<ClientTrace, SimError> {
 }
 
 /// The fleet's total rate per window (requests per second), over the longest client.
-pub fn fleet_rate(clients: &[ClientTrace]) -> Vec<f64> {
+pub(crate) fn fleet_rate(clients: &[ClientTrace]) -> Vec<f64> {
     let n = clients.iter().flat_map(|c| c.windows.iter()).map(|w| w.t as usize / WINDOW_SECS + 1).max().unwrap_or(0);
     let mut total = vec![0.0; n];
     for w in clients.iter().flat_map(|c| c.windows.iter()) {
@@ -107,12 +107,12 @@ pub fn fleet_rate(clients: &[ClientTrace]) -> Vec<f64> {
 /// Fewest clients for which a window with no traffic from any of them is
 /// taken as a collection gap rather than demand: one busy tenant may go
 /// quiet, a fleet of many does not stop at once.
-pub const GAP_MIN_CLIENTS: usize = 10;
+pub(crate) const GAP_MIN_CLIENTS: usize = 10;
 
 /// Fill a fleet's collection gaps: a window where all of at least
 /// [`GAP_MIN_CLIENTS`] clients are at zero takes every client's window
 /// from a day earlier (or later, at the start). Returns the windows filled.
-pub fn fill_gaps(clients: &mut [ClientTrace]) -> usize {
+pub(crate) fn fill_gaps(clients: &mut [ClientTrace]) -> usize {
     if clients.len() < GAP_MIN_CLIENTS {
         return 0;
     }
@@ -139,7 +139,7 @@ pub fn fill_gaps(clients: &mut [ClientTrace]) -> usize {
 
 /// Arrivals of the fleet `clients`, scaled so the 99th percentile window
 /// has `peak_rps` requests per second; minute 0 is unix `start`.
-pub fn demand(
+pub(crate) fn demand(
     clients: &[ClientTrace],
     start: i64,
     peak_rps: f64,
@@ -208,7 +208,7 @@ fn draw_gaps(g: Gaps, n: usize, rng: &mut ChaCha8Rng, out: &mut Vec<f64>) -> Res
 /// (`model,client,t_start_s,in_mean,...,out_mean,...`): the means over the
 /// model's clients and 6-hour windows, weighted by each client's requests
 /// in that window. `None` when no row matches.
-pub fn token_mix(body: &str, model: &str, clients: &[ClientTrace]) -> Result<Option<TokenMix>, SimError> {
+pub(crate) fn token_mix(body: &str, model: &str, clients: &[ClientTrace]) -> Result<Option<TokenMix>, SimError> {
     let mut lines = body.lines();
     let header: Vec<&str> = lines.next().unwrap_or_default().split(',').map(str::trim).collect();
     let col = |name: &str| {

@@ -8,12 +8,12 @@ use tonic::Status;
 
 use crate::proto::ScaledObjectRef;
 
-pub use crate::workload::{KEY_NAMESPACE, KEY_WORKLOAD};
+pub(crate) use crate::workload::{KEY_NAMESPACE, KEY_WORKLOAD};
 /// Metadata key choosing the metric encoding (default `replicas`).
-pub const KEY_ENCODING: &str = "encoding";
+pub(crate) const KEY_ENCODING: &str = "encoding";
 /// Metadata key naming a node pool: the trigger of a pool's placeholder
 /// (balloon) Deployment, instead of `workload`.
-pub const KEY_POOL: &str = "pool";
+pub(crate) const KEY_POOL: &str = "pool";
 
 /// What a trigger asks about: a workload's replicas, or a pool's placeholders.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub fn parse_target(r: &ScaledObjectRef) -> Result<Target, Status> {
 
 /// How the answer is encoded for the HPA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
+pub(crate) enum Encoding {
     /// Value = desired replicas, target 1: the HPA's ceil(value / target) is the answer itself.
     Replicas,
     /// Value = load in signal units, target = what one replica handles.
@@ -53,9 +53,9 @@ pub enum Encoding {
 /// What a ScaledObject asks about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
-    pub namespace: String,
-    pub workload: String,
-    pub encoding: Encoding,
+    pub(crate) namespace: String,
+    pub(crate) workload: String,
+    pub(crate) encoding: Encoding,
 }
 
 impl Query {
@@ -68,7 +68,7 @@ impl Query {
 const MAX_VALUE_LEN: usize = 253;
 
 /// `s`, cut short for an error message so a huge input is not echoed back.
-pub fn shown(s: &str) -> String {
+pub(crate) fn shown(s: &str) -> String {
     match s.char_indices().nth(64) {
         Some((i, _)) => format!("{}... ({} bytes)", &s[..i], s.len()),
         None => s.to_string(),
@@ -76,7 +76,7 @@ pub fn shown(s: &str) -> String {
 }
 
 /// Parse a ScaledObjectRef's metadata.
-pub fn parse(r: &ScaledObjectRef) -> Result<Query, Status> {
+pub(crate) fn parse(r: &ScaledObjectRef) -> Result<Query, Status> {
     let md = &r.scaler_metadata;
     for key in [KEY_WORKLOAD, KEY_NAMESPACE, KEY_ENCODING] {
         if let Some(v) = md.get(key).filter(|v| v.len() > MAX_VALUE_LEN) {
@@ -114,7 +114,7 @@ pub fn parse(r: &ScaledObjectRef) -> Result<Query, Status> {
 /// Does the metric name KEDA asks for match `served`? Case-insensitive
 /// (KEDA issue #4954), and tolerant of the `s<index>-` prefix KEDA adds for
 /// the HPA in case it is not stripped.
-pub fn metric_matches(requested: &str, served: &str) -> bool {
+pub(crate) fn metric_matches(requested: &str, served: &str) -> bool {
     if requested.eq_ignore_ascii_case(served) {
         return true;
     }

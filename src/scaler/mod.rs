@@ -19,12 +19,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{server::TcpIncoming, Certificate, Identity, Server, ServerTlsConfig};
 
-pub use service::Scaler;
+pub(crate) use service::Scaler;
 
 use crate::{config::TlsFiles, proto::external_scaler_server::ExternalScalerServer, serve::state::Registry};
 
 /// Read TLS material named in config.
-pub fn tls_config(files: &TlsFiles) -> anyhow::Result<ServerTlsConfig> {
+pub(crate) fn tls_config(files: &TlsFiles) -> anyhow::Result<ServerTlsConfig> {
     let read = |p: &std::path::Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
     let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert_file)?, read(&files.key_file)?));
     if let Some(ca) = &files.client_ca_file {

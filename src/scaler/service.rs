@@ -20,14 +20,14 @@ use crate::{
 
 /// The scaler service.
 #[derive(Debug, Clone)]
-pub struct Scaler {
+pub(crate) struct Scaler {
     registry: Arc<Registry>,
     shutdown: CancellationToken,
 }
 
 impl Scaler {
     /// `shutdown` ends open streams so the server can drain.
-    pub fn new(registry: Arc<Registry>, shutdown: CancellationToken) -> Self {
+    pub(crate) fn new(registry: Arc<Registry>, shutdown: CancellationToken) -> Self {
         Scaler { registry, shutdown }
     }
 }

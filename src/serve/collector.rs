@@ -43,7 +43,7 @@ pub struct Sinks {
 }
 
 /// Run one workload's source until `shutdown`.
-pub async fn run(workload: Arc<Workload>, sinks: Sinks, shutdown: CancellationToken) {
+pub(crate) async fn run(workload: Arc<Workload>, sinks: Sinks, shutdown: CancellationToken) {
     let result = match &workload.source {
         SourceConfig::Scrape(c) => scrape_loop(&workload, c.clone(), &sinks, &shutdown).await,
         SourceConfig::Simulated(c) => simulated(&workload, c, &sinks, &shutdown).await,
@@ -328,7 +328,7 @@ impl Collectors {
     }
 
     /// Wait for every collector to stop (after the shutdown token fired).
-    pub async fn join(self) {
+    pub(crate) async fn join(self) {
         for (_, (_, _, task)) in self.running {
             let _ = task.await;
         }

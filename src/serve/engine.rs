@@ -108,13 +108,13 @@ impl Engine {
     }
 
     /// Plan with the cluster's shapes and pools as `views` delivers them.
-    pub fn with_cluster(mut self, views: watch::Receiver<Option<Arc<ClusterView>>>) -> Self {
+    pub(crate) fn with_cluster(mut self, views: watch::Receiver<Option<Arc<ClusterView>>>) -> Self {
         self.cluster = Some(views);
         self
     }
 
     /// Report the collectors' view of their sources (see [`SourceHealth`]).
-    pub fn with_source_health(mut self, health: Arc<SourceHealth>) -> Self {
+    pub(crate) fn with_source_health(mut self, health: Arc<SourceHealth>) -> Self {
         self.health = health;
         self
     }
@@ -125,7 +125,7 @@ impl Engine {
 
     /// Take a new config: keep the last answer of workloads whose config is
     /// unchanged, start the rest afresh, drop removed workloads.
-    pub fn reconfigure(&mut self, settings: &Settings) {
+    pub(crate) fn reconfigure(&mut self, settings: &Settings) {
         self.log_every_decision = settings.log_every_decision;
         self.sizing = settings.sizing.clone();
         self.pools = settings.pools.clone();
@@ -396,7 +396,12 @@ impl Engine {
 
     /// Tick every `settings.tick_interval` until `shutdown`; apply configs
     /// that arrive on `reloads` at once.
-    pub async fn run(mut self, settings: Settings, mut reloads: mpsc::Receiver<Settings>, shutdown: CancellationToken) {
+    pub(crate) async fn run(
+        mut self,
+        settings: Settings,
+        mut reloads: mpsc::Receiver<Settings>,
+        shutdown: CancellationToken,
+    ) {
         let mut interval = tokio::time::interval(settings.tick_interval);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -8,5 +8,5 @@
 pub mod collector;
 pub mod engine;
 pub mod outcome;
-pub mod refit;
+pub(crate) mod refit;
 pub mod state;

@@ -34,7 +34,7 @@ pub enum NoDecision {
 
 impl NoDecision {
     /// Same variant (and, when stale, same reason the bridge failed), whatever the ages and counts inside.
-    pub fn same_kind(&self, other: &NoDecision) -> bool {
+    pub(crate) fn same_kind(&self, other: &NoDecision) -> bool {
         match (self, other) {
             (NoDecision::Stale { bridge: a, .. }, NoDecision::Stale { bridge: b, .. }) => {
                 std::mem::discriminant(a) == std::mem::discriminant(b)

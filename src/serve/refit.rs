@@ -35,7 +35,7 @@ use crate::{
 /// A forecast as the API and logs show it.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ForecastView {
-    pub signal: Signal,
+    pub(crate) signal: Signal,
     /// Model name, or `ensemble(a+b)`.
     pub model: String,
     pub regime: Regime,
@@ -45,27 +45,27 @@ pub struct ForecastView {
     pub candidates: Vec<(String, f64)>,
     /// When the model was last chosen by backtest (refits in between reuse it).
     pub selected_at: String,
-    pub level_shift: Option<f64>,
+    pub(crate) level_shift: Option<f64>,
     /// When the fit ran.
     pub fitted_at: String,
     /// Time of the first forecast point (one step after the last complete bucket).
     pub start: String,
     /// `start` in Unix seconds.
     #[serde(skip)]
-    pub start_unix: i64,
+    pub(crate) start_unix: i64,
     pub step_secs: i64,
     /// Steps forecast: the profile's cold start plus the refit interval, so the
     /// look-ahead stays covered until the next refit.
     pub horizon_steps: usize,
     /// Observed points in the history the fit read (gaps not counted).
-    pub history_points: usize,
-    pub fit_ms: f64,
+    pub(crate) history_points: usize,
+    pub(crate) fit_ms: f64,
     pub point: Vec<f64>,
     pub quantiles: Vec<QuantileForecast>,
 }
 
 /// What a workload's latest refit gave.
-pub type Outcome = Result<Arc<ForecastView>, RefitError>;
+pub(crate) type Outcome = Result<Arc<ForecastView>, RefitError>;
 
 struct Job {
     id: u64,
@@ -78,21 +78,21 @@ struct Job {
 }
 
 /// A finished refit: the id it was submitted with, for the workload `key`.
-pub struct Done {
-    pub id: u64,
-    pub key: String,
-    pub outcome: Outcome,
+pub(crate) struct Done {
+    pub(crate) id: u64,
+    pub(crate) key: String,
+    pub(crate) outcome: Outcome,
 }
 
 /// The worker thread and its two channels.
-pub struct Refitter {
+pub(crate) struct Refitter {
     jobs: mpsc::Sender<Job>,
     done: mpsc::Receiver<Done>,
 }
 
 impl Refitter {
     /// Starts the worker. It stops once the `Refitter` is dropped and its current job ends.
-    pub fn start(store: Arc<Store>) -> Refitter {
+    pub(crate) fn start(store: Arc<Store>) -> Refitter {
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let (done_tx, done) = mpsc::channel();
         let spawned = thread::Builder::new().name("foresight-refit".into()).spawn(move || {
@@ -122,7 +122,7 @@ impl Refitter {
     }
 
     /// Queue a refit of `w` as of `now`; its [`Done`] carries `id`.
-    pub fn submit(&self, id: u64, w: &Workload, now: SystemTime, settings: &Arc<ForecastSettings>) {
+    pub(crate) fn submit(&self, id: u64, w: &Workload, now: SystemTime, settings: &Arc<ForecastSettings>) {
         let job = Job {
             id,
             key: w.key(),
@@ -137,7 +137,7 @@ impl Refitter {
     }
 
     /// Refits finished since the last call.
-    pub fn finished(&self) -> Vec<Done> {
+    pub(crate) fn finished(&self) -> Vec<Done> {
         self.done.try_iter().collect()
     }
 }

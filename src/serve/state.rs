@@ -30,14 +30,14 @@ use crate::{
 /// What Foresight currently says about one workload.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct WorkloadState {
-    pub namespace: String,
+    pub(crate) namespace: String,
     pub name: String,
-    pub model: String,
-    pub signal: Signal,
+    pub(crate) model: String,
+    pub(crate) signal: Signal,
     /// Signal units one replica handles (the target of the `load` encoding).
     pub per_replica: f64,
     /// Metric names served for this workload, lowercase.
-    pub metrics: MetricNames,
+    pub(crate) metrics: MetricNames,
     /// Latest reading of each recorded signal, with its age at the last tick.
     pub signals: BTreeMap<Signal, SignalReading>,
     /// The latest decision, the one KEDA is told; `None` until a usable signal has been read.
@@ -47,14 +47,14 @@ pub struct WorkloadState {
     /// What the reactive rule alone says now (for comparison; equals `decision` when reactive).
     pub reactive_replicas: Option<u32>,
     /// Pods that answered the latest scrape and are awake (scraped sources only): the replicas running.
-    pub pods: Option<u32>,
+    pub(crate) pods: Option<u32>,
     /// What the source reported about itself at its last poll: scrape targets
     /// that failed and why, pods asleep, Prometheus queries matching nothing.
-    pub source: Option<SourceStatus>,
+    pub(crate) source: Option<SourceStatus>,
     /// When the decision was made.
     #[serde(serialize_with = "ser_time")]
     #[schema(value_type = Option<String>, format = DateTime)]
-    pub decided_at: Option<SystemTime>,
+    pub(crate) decided_at: Option<SystemTime>,
     /// Why the latest poll gave no decision, if it did not.
     #[serde(serialize_with = "ser_display")]
     #[schema(value_type = Option<String>)]
@@ -70,7 +70,7 @@ pub struct WorkloadState {
     #[schema(value_type = Option<String>)]
     pub forecast_error: Option<RefitError>,
     /// Where the node plan puts this workload's replicas (with `pools` configured).
-    pub placement: Option<WorkloadPlan>,
+    pub(crate) placement: Option<WorkloadPlan>,
 }
 
 /// One node pool's answer: the placeholder count behind its KEDA metric.
@@ -89,7 +89,7 @@ pub struct PoolState {
 }
 
 impl PoolState {
-    pub fn new(pool: &Pool, reservations: &[Reservation], plan: Option<PoolPlan>) -> Self {
+    pub(crate) fn new(pool: &Pool, reservations: &[Reservation], plan: Option<PoolPlan>) -> Self {
         PoolState {
             name: pool.name.clone(),
             metric: metric_name(&format!("pool-{}", pool.name), "buffer"),
@@ -105,21 +105,21 @@ impl PoolState {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SignalReading {
     pub value: f64,
-    pub age_secs: f64,
+    pub(crate) age_secs: f64,
 }
 
 /// The metric names of the two encodings.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct MetricNames {
+pub(crate) struct MetricNames {
     /// Value = desired replicas, target 1.
-    pub replicas: String,
+    pub(crate) replicas: String,
     /// Value = load in signal units, target = per-replica capacity.
-    pub load: String,
+    pub(crate) load: String,
 }
 
 impl WorkloadState {
     /// State for a workload that has not been polled yet.
-    pub fn new(w: &Workload) -> Self {
+    pub(crate) fn new(w: &Workload) -> Self {
         WorkloadState {
             namespace: w.namespace.clone(),
             name: w.name.clone(),
@@ -166,7 +166,7 @@ fn ser_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok,
 #[derive(Debug, Default)]
 pub struct Snapshot {
     /// Bumped on every publish.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// True once every workload has been polled at least once.
     pub ready: bool,
     by_key: HashMap<String, Arc<WorkloadState>>,
@@ -176,7 +176,7 @@ pub struct Snapshot {
     /// The latest node plan (with `pools` configured).
     pub plan: Option<Arc<Plan>>,
     /// The cluster as last read (Kubernetes inputs on).
-    pub cluster: Option<Arc<crate::cluster::ClusterView>>,
+    pub(crate) cluster: Option<Arc<crate::cluster::ClusterView>>,
     configs: HashMap<String, Arc<crate::workload::Workload>>,
 }
 
@@ -186,7 +186,7 @@ impl Snapshot {
     }
 
     /// Namespaces a workload of this name exists in.
-    pub fn namespaces_of(&self, name: &str) -> &[String] {
+    pub(crate) fn namespaces_of(&self, name: &str) -> &[String] {
         self.namespaces_of.get(name).map(Vec::as_slice).unwrap_or(&[])
     }
 
@@ -198,11 +198,11 @@ impl Snapshot {
     }
 
     /// A workload's config, by key (for explanations).
-    pub fn config(&self, key: &str) -> Option<&Arc<crate::workload::Workload>> {
+    pub(crate) fn config(&self, key: &str) -> Option<&Arc<crate::workload::Workload>> {
         self.configs.get(key)
     }
 
-    pub fn pool(&self, name: &str) -> Option<&Arc<PoolState>> {
+    pub(crate) fn pool(&self, name: &str) -> Option<&Arc<PoolState>> {
         self.pools.get(name)
     }
 
@@ -256,7 +256,7 @@ impl Registry {
     }
 
     /// As [`publish_all`](Self::publish_all), with the cluster view and the workloads' configs.
-    pub fn publish_with(
+    pub(crate) fn publish_with(
         &self,
         states: Vec<WorkloadState>,
         pools: Vec<PoolState>,
@@ -291,7 +291,7 @@ impl Registry {
     }
 
     /// A receiver that wakes on every publish.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
 }

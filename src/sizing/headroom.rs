@@ -14,14 +14,14 @@
 
 /// Bounds and rates of the multiplier.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HeadroomConfig {
+pub(crate) struct HeadroomConfig {
     /// Share of requests that must start within the wait budget.
-    pub target: f64,
+    pub(crate) target: f64,
     /// Multiplier per observation that misses the target.
-    pub up: f64,
+    pub(crate) up: f64,
     /// Seconds for the multiplier's excess over 1 to halve while the target holds.
-    pub half_life_secs: f64,
-    pub max: f64,
+    pub(crate) half_life_secs: f64,
+    pub(crate) max: f64,
 }
 
 impl Default for HeadroomConfig {
@@ -32,24 +32,24 @@ impl Default for HeadroomConfig {
 
 /// The learned multiplier (>= 1).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Headroom {
-    pub cfg: HeadroomConfig,
+pub(crate) struct Headroom {
+    pub(crate) cfg: HeadroomConfig,
     factor: f64,
     last: Option<f64>,
 }
 
 impl Headroom {
-    pub fn new(cfg: HeadroomConfig) -> Headroom {
+    pub(crate) fn new(cfg: HeadroomConfig) -> Headroom {
         Headroom { cfg, factor: 1.0, last: None }
     }
 
-    pub fn factor(&self) -> f64 {
+    pub(crate) fn factor(&self) -> f64 {
         self.factor
     }
 
     /// Record the share of requests that started within the budget since the
     /// last observation (NaN: none started) at `now_secs`; returns the factor.
-    pub fn observe(&mut self, now_secs: f64, attainment: f64) -> f64 {
+    pub(crate) fn observe(&mut self, now_secs: f64, attainment: f64) -> f64 {
         let dt = self.last.map_or(0.0, |t| (now_secs - t).max(0.0));
         self.last = Some(now_secs);
         if attainment.is_finite() && attainment < self.cfg.target {

@@ -9,10 +9,10 @@
 //! - [`headroom`]: a load multiplier learned from the measured queue wait
 //!   against the SLO's target.
 
-pub mod headroom;
+pub(crate) mod headroom;
 pub mod predictive;
 pub mod profile;
-pub mod reactive;
+pub(crate) mod reactive;
 
 use serde::Serialize;
 
@@ -25,7 +25,7 @@ pub enum Policy {
 }
 
 impl Policy {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Policy::Reactive => "reactive",
             Policy::Predictive => "predictive",

@@ -37,17 +37,17 @@ use crate::sources::Signal;
 
 /// Share of requests allowed to wait longer than the wait budget when no
 /// SLO attainment target is given: a 99% target.
-pub const WAIT_BUDGET_MISS: f64 = 0.01;
+pub(crate) const WAIT_BUDGET_MISS: f64 = 0.01;
 
 /// What the queueing rule sizes for.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Queueing {
+pub(crate) struct Queueing {
     /// Share of requests allowed to wait longer than the wait budget: one
     /// minus the attainment the SLO is judged by.
-    pub miss: f64,
+    pub(crate) miss: f64,
     /// Index of dispersion of arrivals (variance / mean of counts at the
     /// decision's time scale); 1 for Poisson.
-    pub dispersion: f64,
+    pub(crate) dispersion: f64,
 }
 
 impl Default for Queueing {
@@ -58,40 +58,40 @@ impl Default for Queueing {
 
 /// The upper-quantile forecast the decision sizes for.
 #[derive(Debug, Clone, Copy)]
-pub struct Upper<'a> {
-    pub quantile: f64,
+pub(crate) struct Upper<'a> {
+    pub(crate) quantile: f64,
     /// Forecast values at now + k x step_secs, k = 0.., in signal units.
-    pub values: &'a [f64],
-    pub step_secs: f64,
+    pub(crate) values: &'a [f64],
+    pub(crate) step_secs: f64,
 }
 
 /// What the rule needs. Everything in the target signal's units unless stated.
 #[derive(Debug, Clone, Copy)]
-pub struct Input<'a> {
-    pub signal: Signal,
+pub(crate) struct Input<'a> {
+    pub(crate) signal: Signal,
     /// The live value of the target signal.
-    pub live: f64,
+    pub(crate) live: f64,
     /// Live requests waiting for a batch slot, when known.
-    pub queue: Option<f64>,
+    pub(crate) queue: Option<f64>,
     /// Live generated tokens per second, when known.
-    pub generation_tokens_per_sec: Option<f64>,
-    pub per_replica: f64,
+    pub(crate) generation_tokens_per_sec: Option<f64>,
+    pub(crate) per_replica: f64,
     /// Batch slots per replica (the profile's concurrency at the SLO).
-    pub slots_per_replica: f64,
+    pub(crate) slots_per_replica: f64,
     /// Most a request may wait for a slot (the TTFT budget left after prefill).
-    pub wait_budget_secs: f64,
-    pub queueing: Queueing,
+    pub(crate) wait_budget_secs: f64,
+    pub(crate) queueing: Queueing,
     /// Multiplier on the load sized for, learned from the measured queue
     /// wait ([`super::headroom`]); 1 when nothing has been missed.
-    pub headroom: f64,
+    pub(crate) headroom: f64,
     /// Generated tokens per second one replica sustains at the SLO, if profiled.
-    pub tokens_per_sec_per_replica: Option<f64>,
-    pub forecast: Upper<'a>,
+    pub(crate) tokens_per_sec_per_replica: Option<f64>,
+    pub(crate) forecast: Upper<'a>,
     /// How far ahead to look: the profile's cold start.
-    pub lookahead_secs: f64,
-    pub min_replicas: u32,
-    pub max_replicas: u32,
-    pub activation_threshold: f64,
+    pub(crate) lookahead_secs: f64,
+    pub(crate) min_replicas: u32,
+    pub(crate) max_replicas: u32,
+    pub(crate) activation_threshold: f64,
 }
 
 /// What set the answer.
@@ -114,26 +114,26 @@ pub enum Binding {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Sizing {
     /// Replicas demand needs now (before min/max and stabilisation).
-    pub needed_replicas: u32,
+    pub(crate) needed_replicas: u32,
     /// Replicas needed at each forecast step (after min/max): the timeline pre-warming plans for.
     pub timeline: Vec<u32>,
     /// Seconds between timeline steps.
-    pub step_secs: f64,
+    pub(crate) step_secs: f64,
     pub forecast_peak: f64,
     /// Seconds from now to the forecast peak.
-    pub peak_in_secs: f64,
+    pub(crate) peak_in_secs: f64,
     pub quantile: f64,
-    pub live: f64,
-    pub live_replicas: u32,
+    pub(crate) live: f64,
+    pub(crate) live_replicas: u32,
     /// The learned load multiplier applied to the forecast and the live load.
-    pub headroom: f64,
-    pub token_replicas: Option<u32>,
-    pub binding: Binding,
-    pub active: bool,
+    pub(crate) headroom: f64,
+    pub(crate) token_replicas: Option<u32>,
+    pub(crate) binding: Binding,
+    pub(crate) active: bool,
 }
 
 /// Replicas for a load of `load` target-signal units.
-pub fn replicas_for(i: &Input<'_>, load: f64) -> u32 {
+pub(crate) fn replicas_for(i: &Input<'_>, load: f64) -> u32 {
     if load.is_nan() || load <= 0.0 {
         return 0;
     }
@@ -159,7 +159,7 @@ fn saturate(x: f64) -> u32 {
 /// Fewest replicas for arrivals `lambda`/s such that P(wait > budget) <=
 /// `q.miss`, with `slots` servers per replica each serving `rate / slots`
 /// requests/s, and arrivals `q.dispersion` times as variable as Poisson.
-pub fn mmc_replicas(lambda: f64, rate: f64, slots: f64, budget: f64, q: Queueing) -> u32 {
+pub(crate) fn mmc_replicas(lambda: f64, rate: f64, slots: f64, budget: f64, q: Queueing) -> u32 {
     let slots = slots.max(1.0).floor();
     let mu = rate / slots;
     let a = lambda / mu; // offered load in servers
@@ -182,7 +182,7 @@ pub fn mmc_replicas(lambda: f64, rate: f64, slots: f64, budget: f64, q: Queueing
 
 /// Probability an arrival waits in M/M/c with `c` servers and offered load
 /// `a` (Erlang C), via the stable Erlang B recursion.
-pub fn erlang_c(c: u64, a: f64) -> f64 {
+pub(crate) fn erlang_c(c: u64, a: f64) -> f64 {
     if a <= 0.0 {
         return 0.0;
     }
@@ -199,7 +199,7 @@ pub fn erlang_c(c: u64, a: f64) -> f64 {
 
 /// Size for the forecast and the live load. `None` when the inputs are
 /// unusable (a NaN, no forecast points): the caller falls back to reactive.
-pub fn size(i: &Input<'_>) -> Option<Sizing> {
+pub(crate) fn size(i: &Input<'_>) -> Option<Sizing> {
     let f = i.forecast;
     let usable = i.live.is_finite()
         && i.live >= 0.0
@@ -271,13 +271,13 @@ pub fn size(i: &Input<'_>) -> Option<Sizing> {
 
 /// The full decision: sizing, then min/max, then stabilisation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Outcome {
-    pub policy: Policy,
-    pub desired_replicas: u32,
-    pub sizing: Sizing,
-    pub bound: Option<Bound>,
-    pub binding: Binding,
-    pub reason: String,
+pub(crate) struct Outcome {
+    pub(crate) policy: Policy,
+    pub(crate) desired_replicas: u32,
+    pub(crate) sizing: Sizing,
+    pub(crate) bound: Option<Bound>,
+    pub(crate) binding: Binding,
+    pub(crate) reason: String,
 }
 
 impl From<Outcome> for super::reactive::Decision {
@@ -300,13 +300,13 @@ impl From<Outcome> for super::reactive::Decision {
 /// `window_secs`, as the HPA's `stabilizationWindowSeconds` for scale-down.
 /// Times are the caller's (no clock here).
 #[derive(Debug, Clone, Default)]
-pub struct Stabiliser {
+pub(crate) struct Stabiliser {
     recent: VecDeque<(f64, u32)>,
 }
 
 impl Stabiliser {
     /// Record `rec` at `now_secs` and return the stabilised value.
-    pub fn apply(&mut self, now_secs: f64, window_secs: f64, rec: u32) -> u32 {
+    pub(crate) fn apply(&mut self, now_secs: f64, window_secs: f64, rec: u32) -> u32 {
         while self.recent.front().is_some_and(|(t, _)| *t < now_secs - window_secs) {
             self.recent.pop_front();
         }
@@ -324,7 +324,13 @@ impl Stabiliser {
 /// Only what the live load asked for is held over the scale-down window:
 /// the forecast part already looks a whole cold start ahead, so capacity it
 /// no longer needs can go at once (it could be back before it is needed).
-pub fn decide(i: &Input<'_>, stab: &mut Stabiliser, now_secs: f64, window_secs: f64, profile: &str) -> Option<Outcome> {
+pub(crate) fn decide(
+    i: &Input<'_>,
+    stab: &mut Stabiliser,
+    now_secs: f64,
+    window_secs: f64,
+    profile: &str,
+) -> Option<Outcome> {
     let s = size(i)?;
     let forecast_replicas = replicas_for(i, s.forecast_peak * s.headroom);
     let live = s.live_replicas.max(s.token_replicas.unwrap_or(0));

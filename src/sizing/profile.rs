@@ -11,43 +11,43 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     /// Name workloads refer to (`model:` in a workload).
-    pub name: String,
+    pub(crate) name: String,
     /// GPU product the figures were measured on (e.g. `nvidia-h100-80gb`).
-    pub gpu_type: String,
+    pub(crate) gpu_type: String,
     /// GPUs one replica uses (tensor parallel x pipeline parallel).
-    pub gpus_per_replica: u32,
+    pub(crate) gpus_per_replica: u32,
     /// Nodes one replica spans.
     #[serde(default = "one")]
-    pub nodes_per_replica: u32,
+    pub(crate) nodes_per_replica: u32,
     /// In-flight requests one replica sustains within its latency SLO.
-    pub concurrency_per_replica: f64,
+    pub(crate) concurrency_per_replica: f64,
     /// Time from "scale up" to "serving", by stage.
-    pub cold_start_secs: ColdStart,
+    pub(crate) cold_start_secs: ColdStart,
     /// Latency targets the figures were measured at.
     #[serde(default)]
-    pub slo: Option<Slo>,
+    pub(crate) slo: Option<Slo>,
     /// Generated tokens per second one replica sustains within the SLO;
     /// when given, sizing keeps enough replicas for the live token rate too.
     #[serde(default)]
-    pub generation_tokens_per_sec: Option<f64>,
+    pub(crate) generation_tokens_per_sec: Option<f64>,
 }
 
 /// Latency targets (p95, the figures in the profile hold within them).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Slo {
+pub(crate) struct Slo {
     /// Time to first token.
-    pub ttft_secs: f64,
+    pub(crate) ttft_secs: f64,
     /// Inter-token latency.
-    pub itl_secs: f64,
+    pub(crate) itl_secs: f64,
     /// Longest a request may wait for a batch slot; default half of `ttft_secs`
     /// (the rest is prefill).
     #[serde(default)]
-    pub queue_wait_secs: Option<f64>,
+    pub(crate) queue_wait_secs: Option<f64>,
 }
 
 /// Queue-wait budget when a profile states no SLO.
-pub const DEFAULT_WAIT_BUDGET_SECS: f64 = 1.0;
+pub(crate) const DEFAULT_WAIT_BUDGET_SECS: f64 = 1.0;
 
 fn one() -> u32 {
     1
@@ -56,28 +56,28 @@ fn one() -> u32 {
 /// Cold-start stages of a new replica, in seconds.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ColdStart {
+pub(crate) struct ColdStart {
     /// A new GPU node joining the cluster (0 when a warm node is free).
     #[serde(default)]
-    pub node_boot: f64,
+    pub(crate) node_boot: f64,
     /// Pulling the serving image.
     #[serde(default)]
-    pub image_pull: f64,
+    pub(crate) image_pull: f64,
     /// Loading weights onto the GPUs and warming up the engine.
     #[serde(default)]
-    pub weights_load: f64,
+    pub(crate) weights_load: f64,
 }
 
 impl ColdStart {
     /// Total time from decision to serving on a node that has to boot.
-    pub fn total_secs(&self) -> f64 {
+    pub(crate) fn total_secs(&self) -> f64 {
         self.node_boot + self.image_pull + self.weights_load
     }
 }
 
 impl Profile {
     /// Longest a request may queue for a slot (the M/M/c sizing target).
-    pub fn wait_budget_secs(&self) -> f64 {
+    pub(crate) fn wait_budget_secs(&self) -> f64 {
         match &self.slo {
             Some(slo) => slo.queue_wait_secs.unwrap_or(slo.ttft_secs / 2.0),
             None => DEFAULT_WAIT_BUDGET_SECS,
@@ -85,12 +85,12 @@ impl Profile {
     }
 
     /// Image pull plus weights load: how long before serving a pod needs its node.
-    pub fn pod_start_secs(&self) -> f64 {
+    pub(crate) fn pod_start_secs(&self) -> f64 {
         self.cold_start_secs.image_pull + self.cold_start_secs.weights_load
     }
 
     /// What one replica occupies, for the node packer.
-    pub fn shape(&self) -> crate::capacity::Shape {
+    pub(crate) fn shape(&self) -> crate::capacity::Shape {
         crate::capacity::Shape {
             gpu_type: self.gpu_type.clone(),
             gpus_per_replica: self.gpus_per_replica,
@@ -100,7 +100,7 @@ impl Profile {
     }
 
     /// Problems with the profile's values, as (field, message) pairs.
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         if self.name.trim().is_empty() {
             out.push(("name", "must not be empty".into()));

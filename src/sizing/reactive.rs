@@ -12,21 +12,21 @@ use super::Policy;
 
 /// What the rule needs.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Input {
+pub(crate) struct Input {
     /// Current value of the scaling signal; finite and >= 0.
-    pub signal: f64,
+    pub(crate) signal: f64,
     /// Signal one replica handles; finite and > 0.
-    pub per_replica: f64,
-    pub min_replicas: u32,
-    pub max_replicas: u32,
+    pub(crate) per_replica: f64,
+    pub(crate) min_replicas: u32,
+    pub(crate) max_replicas: u32,
     /// Signal above which the workload counts as active.
-    pub activation_threshold: f64,
+    pub(crate) activation_threshold: f64,
 }
 
 /// Which bound, if any, changed the raw answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Bound {
+pub(crate) enum Bound {
     MinReplicas,
     MaxReplicas,
 }
@@ -38,12 +38,12 @@ pub struct Decision {
     /// Replicas to run, after min/max.
     pub desired_replicas: u32,
     /// Replicas the demand alone asks for, before min/max.
-    pub needed_replicas: u32,
+    pub(crate) needed_replicas: u32,
     /// The load the decision was made for, in signal units.
-    pub load: f64,
+    pub(crate) load: f64,
     pub active: bool,
     /// The bound that changed the answer, if one did.
-    pub bound: Option<Bound>,
+    pub(crate) bound: Option<Bound>,
     pub reason: String,
     /// Predictive decisions: what set the answer.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -56,7 +56,7 @@ pub struct Decision {
 /// Apply the rule. Returns `None` when the input is unusable (a NaN, a
 /// negative load, a zero target): there is no honest answer then, and the
 /// caller must fall back rather than act on a made-up number.
-pub fn decide(input: Input) -> Option<Decision> {
+pub(crate) fn decide(input: Input) -> Option<Decision> {
     let Input { signal, per_replica, min_replicas, max_replicas, activation_threshold } = input;
     if !(signal.is_finite() && signal >= 0.0 && per_replica.is_finite() && per_replica > 0.0) {
         return None;

@@ -23,62 +23,62 @@ pub struct SourceHealth {
 
 impl SourceHealth {
     /// Change one workload's status in place.
-    pub fn update(&self, key: &str, change: impl FnOnce(&mut SourceStatus)) {
+    pub(crate) fn update(&self, key: &str, change: impl FnOnce(&mut SourceStatus)) {
         let mut map = self.by_workload.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         change(map.entry(key.to_string()).or_default());
     }
 
-    pub fn get(&self, key: &str) -> Option<SourceStatus> {
+    pub(crate) fn get(&self, key: &str) -> Option<SourceStatus> {
         self.by_workload.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
     }
 
     /// Forget a workload whose collector stopped.
-    pub fn remove(&self, key: &str) {
+    pub(crate) fn remove(&self, key: &str) {
         self.by_workload.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
     }
 }
 
 /// One workload's source, as of its last poll.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct SourceStatus {
+pub(crate) struct SourceStatus {
     /// Scraped sources: targets polled in the last round.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub targets: Option<u32>,
+    pub(crate) targets: Option<u32>,
     /// Scraped sources: targets that answered with vLLM or KServe metrics.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub answered: Option<u32>,
+    pub(crate) answered: Option<u32>,
     /// Scraped sources: answering pods whose every engine is asleep
     /// (`vllm:engine_sleep_state`); they are not counted as serving pods.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub asleep: Option<u32>,
+    pub(crate) asleep: Option<u32>,
     /// Scraped sources: targets that failed in the last round, by why
     /// (`unreachable`, `timeout`, `http_status`, `parse`, `no_known_metrics`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub failures: BTreeMap<String, u32>,
+    pub(crate) failures: BTreeMap<String, u32>,
     /// Prometheus sources: signals whose query has matched no series on
     /// every poll since `since`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub empty_queries: BTreeMap<Signal, EmptyQuery>,
+    pub(crate) empty_queries: BTreeMap<Signal, EmptyQuery>,
 }
 
 /// A query that keeps matching no series.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct EmptyQuery {
+pub(crate) struct EmptyQuery {
     /// The PromQL as sent, placeholders filled in.
-    pub query: String,
+    pub(crate) query: String,
     /// The first poll of this empty run.
     #[serde(serialize_with = "crate::time::ser_system_time")]
     #[schema(value_type = String, format = DateTime)]
-    pub since: SystemTime,
+    pub(crate) since: SystemTime,
     /// Whether the collector has logged this run yet.
     #[serde(skip)]
-    pub logged: bool,
+    pub(crate) logged: bool,
 }
 
 impl SourceStatus {
     /// Why `signal` has no usable reading, as far as the source knows:
     /// e.g. the query that has matched nothing for `min_secs` or longer.
-    pub fn explain(&self, signal: Signal, now: SystemTime, min_secs: f64) -> Option<SourceCause> {
+    pub(crate) fn explain(&self, signal: Signal, now: SystemTime, min_secs: f64) -> Option<SourceCause> {
         if let Some(e) = self.empty_queries.get(&signal) {
             let secs = now.duration_since(e.since).unwrap_or_default().as_secs_f64();
             if secs >= min_secs {

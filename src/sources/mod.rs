@@ -10,8 +10,8 @@
 //! The set of sources is a closed enum: each variant is a small typed config.
 
 pub mod exposition;
-pub mod health;
-pub mod prometheus;
+pub(crate) mod health;
+pub(crate) mod prometheus;
 pub mod scrape;
 pub(crate) mod simulated;
 pub mod vllm;
@@ -76,7 +76,7 @@ pub enum Signal {
 }
 
 impl Signal {
-    pub const ALL: [Signal; 21] = [
+    pub(crate) const ALL: [Signal; 21] = [
         Signal::Concurrency,
         Signal::Running,
         Signal::QueueDepth,
@@ -103,7 +103,7 @@ impl Signal {
     /// What a workload records when its config names no signals: the demand
     /// signals forecasting uses, and the p99 queue wait the predictive
     /// policy corrects its headroom from. Other latency quantiles are opt-in.
-    pub const DEFAULT: [Signal; 6] = [
+    pub(crate) const DEFAULT: [Signal; 6] = [
         Signal::Concurrency,
         Signal::QueueDepth,
         Signal::RequestRate,
@@ -148,7 +148,7 @@ impl fmt::Display for Signal {
 /// One poll's worth of signal values for a workload.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Signals {
-    pub values: BTreeMap<Signal, f64>,
+    pub(crate) values: BTreeMap<Signal, f64>,
 }
 
 impl Signals {
@@ -171,7 +171,7 @@ pub enum SourceError {
 /// Which source a workload reads, as written in config (`source: {scrape: {...}}`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum SourceConfig {
+pub(crate) enum SourceConfig {
     /// Scrape vLLM / KServe pods' `/metrics` directly.
     Scrape(scrape::ScrapeConfig),
     /// Query a Prometheus-compatible HTTP API.
@@ -183,15 +183,15 @@ pub enum SourceConfig {
 /// `source: {simulated: {...}}`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SimulatedConfig {
-    pub fleet: crate::fake_vllm::SimConfig,
+pub(crate) struct SimulatedConfig {
+    pub(crate) fleet: crate::fake_vllm::SimConfig,
     #[serde(default = "default_sim_interval_secs")]
-    pub interval_secs: f64,
+    pub(crate) interval_secs: f64,
     /// Seconds of the fleet's past written into the store at start (gaps
     /// only: recorded history wins). The fleet is a function of time, so its
     /// past is computed, and its pods start already serving that past's load.
     #[serde(default)]
-    pub backfill_secs: f64,
+    pub(crate) backfill_secs: f64,
 }
 
 fn default_sim_interval_secs() -> f64 {
@@ -200,7 +200,7 @@ fn default_sim_interval_secs() -> f64 {
 
 impl SourceConfig {
     /// How often the source is polled.
-    pub fn interval(&self) -> Duration {
+    pub(crate) fn interval(&self) -> Duration {
         let secs = match self {
             SourceConfig::Scrape(c) => c.interval_secs,
             SourceConfig::Prometheus(c) => c.interval_secs,
@@ -210,7 +210,7 @@ impl SourceConfig {
     }
 
     /// Problems as (field path below `source`, message).
-    pub fn problems(&self) -> Vec<(String, String)> {
+    pub(crate) fn problems(&self) -> Vec<(String, String)> {
         let (kind, found) = match self {
             SourceConfig::Scrape(c) => ("scrape", c.problems()),
             SourceConfig::Prometheus(c) => ("prometheus", c.problems()),

@@ -23,34 +23,34 @@ use super::Signal;
 /// `source: {prometheus: {...}}`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PrometheusConfig {
+pub(crate) struct PrometheusConfig {
     /// Base URL, e.g. `http://prometheus.monitoring:9090` (Mimir: include the `/prometheus` prefix).
-    pub url: String,
+    pub(crate) url: String,
     /// Label matchers that select this workload's series, substituted for
     /// `$selector` in the queries, e.g. `namespace="inference",model_name="llama-8b"`.
     #[serde(default)]
-    pub selector: String,
+    pub(crate) selector: String,
     /// Range for `rate()`, substituted for `$window`.
     #[serde(default = "default_window")]
-    pub rate_window: String,
+    pub(crate) rate_window: String,
     #[serde(default = "default_interval_secs")]
-    pub interval_secs: f64,
+    pub(crate) interval_secs: f64,
     #[serde(default = "default_timeout_secs")]
-    pub timeout_secs: f64,
+    pub(crate) timeout_secs: f64,
     /// History to load at start-up (only what the store does not have yet).
     #[serde(default = "default_backfill_days")]
-    pub backfill_days: f64,
+    pub(crate) backfill_days: f64,
     /// Wait this long after a bucket ends before writing it.
     #[serde(default = "default_query_delay_secs")]
-    pub query_delay_secs: f64,
+    pub(crate) query_delay_secs: f64,
     #[serde(default = "default_max_points")]
-    pub max_points_per_query: usize,
+    pub(crate) max_points_per_query: usize,
     /// PromQL per signal, overriding the defaults ([`default_query`]).
     #[serde(default)]
-    pub queries: BTreeMap<Signal, String>,
+    pub(crate) queries: BTreeMap<Signal, String>,
     /// Extra request headers (e.g. `X-Scope-OrgID` for Mimir).
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    pub(crate) headers: BTreeMap<String, String>,
 }
 
 fn default_window() -> String {
@@ -86,7 +86,7 @@ fn vllm(name: &str, matchers: &str) -> String {
 /// The default PromQL for a signal over vLLM's metric names, in either
 /// spelling ([`vllm`]). `$selector` and `$window` are filled in by
 /// [`PrometheusConfig::query`].
-pub fn default_query(signal: Signal) -> String {
+pub(crate) fn default_query(signal: Signal) -> String {
     let v = |name: &str| vllm(name, "");
     let rate = |name: &str| format!("sum(rate({}[$window]))", v(name));
     let hq = |q: &str, h: &str| {
@@ -134,14 +134,14 @@ pub fn default_query(signal: Signal) -> String {
 
 impl PrometheusConfig {
     /// The PromQL for `signal`, placeholders filled in.
-    pub fn query(&self, signal: Signal) -> String {
+    pub(crate) fn query(&self, signal: Signal) -> String {
         let template = self.queries.get(&signal).cloned().unwrap_or_else(|| default_query(signal));
         // `{a="b",$selector}` with no selector is `{a="b"}`, not a trailing comma.
         let template = if self.selector.trim().is_empty() { template.replace(",$selector", "") } else { template };
         template.replace("$selector", self.selector.trim()).replace("$window", &self.rate_window)
     }
 
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         if reqwest::Url::parse(&self.url).map(|u| !matches!(u.scheme(), "http" | "https")).unwrap_or(true) {
             out.push(("url", format!("`{}` is not an http(s) URL", self.url)));
@@ -175,7 +175,7 @@ impl PrometheusConfig {
 /// What went wrong talking to Prometheus.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum PromError {
+pub(crate) enum PromError {
     #[error("request to {url} failed: {source}")]
     Http { url: String, source: reqwest::Error },
     #[error("{url} answered {status}: {error_type}: {error}")]
@@ -225,14 +225,14 @@ fn unix(t: SystemTime) -> f64 {
 
 /// A client for one Prometheus.
 #[derive(Debug, Clone)]
-pub struct Client {
+pub(crate) struct Client {
     base: String,
     http: reqwest::Client,
     headers: reqwest::header::HeaderMap,
 }
 
 impl Client {
-    pub fn new(config: &PrometheusConfig) -> Client {
+    pub(crate) fn new(config: &PrometheusConfig) -> Client {
         let http = super::http_client(Duration::from_secs_f64(config.timeout_secs));
         let mut headers = reqwest::header::HeaderMap::new();
         for (k, v) in &config.headers {
@@ -273,7 +273,7 @@ impl Client {
     }
 
     /// An instant query; `None` for an empty result (no series).
-    pub async fn instant(&self, query: &str, at: SystemTime) -> Result<Option<f64>, PromError> {
+    pub(crate) async fn instant(&self, query: &str, at: SystemTime) -> Result<Option<f64>, PromError> {
         let data =
             self.get("/api/v1/query", &[("query", query.to_string()), ("time", format!("{:.3}", unix(at)))]).await?;
         Ok(match data {
@@ -291,7 +291,13 @@ impl Client {
 
     /// `query_range` over [start, end] (inclusive) at `step`; values summed
     /// across series per timestamp, as (unix secs, value).
-    pub async fn range(&self, query: &str, start: f64, end: f64, step: f64) -> Result<Vec<(f64, f64)>, PromError> {
+    pub(crate) async fn range(
+        &self,
+        query: &str,
+        start: f64,
+        end: f64,
+        step: f64,
+    ) -> Result<Vec<(f64, f64)>, PromError> {
         let data = self
             .get(
                 "/api/v1/query_range",
@@ -321,7 +327,7 @@ impl Client {
 
 /// Split the buckets [first, last] (bucket indices at `res_secs`) into query
 /// windows of at most `max_points` evaluation points each.
-pub fn chunks(first: i64, last: i64, max_points: usize) -> Vec<(i64, i64)> {
+pub(crate) fn chunks(first: i64, last: i64, max_points: usize) -> Vec<(i64, i64)> {
     let mut out = Vec::new();
     let mut b = first;
     let span = max_points.max(1) as i64;
@@ -335,7 +341,7 @@ pub fn chunks(first: i64, last: i64, max_points: usize) -> Vec<(i64, i64)> {
 
 /// Per-bucket values for buckets [first, last] from a range query evaluated
 /// at bucket ends; NaN where Prometheus had nothing.
-pub async fn bucket_values(
+pub(crate) async fn bucket_values(
     client: &Client,
     query: &str,
     first: i64,

@@ -75,7 +75,7 @@ fn default_scheme() -> String {
 }
 
 impl ScrapeConfig {
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         if self.targets.is_empty() && self.dns.is_none() {
             out.push(("targets", "give `targets`, `dns`, or both".into()));
@@ -121,7 +121,7 @@ pub enum TargetError {
 }
 
 impl TargetError {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TargetError::Unreachable => "unreachable",
             TargetError::Timeout => "timeout",
@@ -141,7 +141,7 @@ pub struct Round {
     /// Of those, pods whose every engine reports itself asleep.
     pub asleep: usize,
     /// Targets that failed, by why.
-    pub failures: BTreeMap<TargetError, usize>,
+    pub(crate) failures: BTreeMap<TargetError, usize>,
 }
 
 impl Round {
@@ -183,7 +183,7 @@ impl Scraper {
         }
     }
 
-    pub fn interval(&self) -> Duration {
+    pub(crate) fn interval(&self) -> Duration {
         Duration::from_secs_f64(self.config.interval_secs)
     }
 
@@ -255,7 +255,7 @@ impl Scraper {
 
 /// The Accept header of a scrape: the text format, whose names every
 /// client writes as registered.
-pub const ACCEPT: &str = "text/plain;version=0.0.4";
+pub(crate) const ACCEPT: &str = "text/plain;version=0.0.4";
 
 async fn scrape_one(
     client: &reqwest::Client,

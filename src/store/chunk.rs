@@ -11,46 +11,46 @@
 pub const CHUNK_LEN: usize = 240;
 
 /// Bytes of one chunk on disk.
-pub const CHUNK_BYTES: usize = CHUNK_LEN * 4;
+pub(crate) const CHUNK_BYTES: usize = CHUNK_LEN * 4;
 
 /// Chunk index of bucket `b`, and `b`'s offset in it.
-pub fn split(b: i64) -> (i64, usize) {
+pub(crate) fn split(b: i64) -> (i64, usize) {
     (b.div_euclid(CHUNK_LEN as i64), b.rem_euclid(CHUNK_LEN as i64) as usize)
 }
 
 /// First bucket of chunk `c`.
-pub fn first_bucket(c: i64) -> i64 {
+pub(crate) fn first_bucket(c: i64) -> i64 {
     c * CHUNK_LEN as i64
 }
 
 /// An all-gap chunk as stored.
-pub fn empty_bytes() -> Vec<u8> {
+pub(crate) fn empty_bytes() -> Vec<u8> {
     f32::NAN.to_le_bytes().repeat(CHUNK_LEN)
 }
 
 /// `f64` -> stored `f32`. Values beyond `f32` range saturate rather than
 /// becoming infinities that would read back as neither a value nor a gap.
-pub fn to_f32(v: f64) -> f32 {
+pub(crate) fn to_f32(v: f64) -> f32 {
     (v as f32).clamp(f32::MIN, f32::MAX)
 }
 
 /// Bucket `i` of a stored chunk (NaN = gap).
-pub fn stored(bytes: &[u8], i: usize) -> f32 {
+pub(crate) fn stored(bytes: &[u8], i: usize) -> f32 {
     f32::from_le_bytes(bytes[i * 4..i * 4 + 4].try_into().expect("4 bytes"))
 }
 
 /// Write bucket `i` of a stored chunk.
-pub fn store(bytes: &mut [u8], i: usize, v: f64) {
+pub(crate) fn store(bytes: &mut [u8], i: usize, v: f64) {
     bytes[i * 4..i * 4 + 4].copy_from_slice(&to_f32(v).to_le_bytes());
 }
 
 /// Offset of the newest non-gap bucket in a stored chunk.
-pub fn last_value(bytes: &[u8]) -> Option<usize> {
+pub(crate) fn last_value(bytes: &[u8]) -> Option<usize> {
     (0..CHUNK_LEN).rev().find(|&i| !stored(bytes, i).is_nan())
 }
 
 /// Copy buckets `from..from + out.len()` of a stored chunk into `out`.
-pub fn decode_into(bytes: &[u8], from: usize, out: &mut [f64]) {
+pub(crate) fn decode_into(bytes: &[u8], from: usize, out: &mut [f64]) {
     for (k, o) in out.iter_mut().enumerate() {
         *o = f64::from(stored(bytes, from + k));
     }
@@ -59,19 +59,19 @@ pub fn decode_into(bytes: &[u8], from: usize, out: &mut [f64]) {
 /// One chunk held in memory: the open chunk a series is recording into, or
 /// one with changes not yet flushed.
 #[derive(Debug, Clone)]
-pub struct MemChunk {
-    pub index: i64,
+pub(crate) struct MemChunk {
+    pub(crate) index: i64,
     mean: Box<[f64]>,
     count: Box<[u32]>,
     /// Bumped on every change; the chunk is clean when `flushed == generation`.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// The generation last made durable.
-    pub flushed: u64,
+    pub(crate) flushed: u64,
 }
 
 impl MemChunk {
     /// A chunk with nothing in it, and nothing on disk to merge with.
-    pub fn empty(index: i64) -> MemChunk {
+    pub(crate) fn empty(index: i64) -> MemChunk {
         MemChunk {
             index,
             mean: vec![f64::NAN; CHUNK_LEN].into(),
@@ -84,7 +84,7 @@ impl MemChunk {
     /// A chunk loaded from disk, clean. A stored value counts as one
     /// observation (the store keeps means, not counts), so a late observation
     /// into a stored bucket weighs as much as everything recorded there before.
-    pub fn from_stored(index: i64, bytes: &[u8]) -> MemChunk {
+    pub(crate) fn from_stored(index: i64, bytes: &[u8]) -> MemChunk {
         let mut c = MemChunk::empty(index);
         for i in 0..CHUNK_LEN {
             let v = stored(bytes, i);
@@ -96,12 +96,12 @@ impl MemChunk {
         c
     }
 
-    pub fn is_dirty(&self) -> bool {
+    pub(crate) fn is_dirty(&self) -> bool {
         self.generation != self.flushed
     }
 
     /// Add one (finite) observation to bucket `i`.
-    pub fn add(&mut self, i: usize, v: f64) {
+    pub(crate) fn add(&mut self, i: usize, v: f64) {
         let n = self.count[i].saturating_add(1);
         self.mean[i] = if n == 1 { v } else { self.mean[i] + (v - self.mean[i]) / f64::from(n) };
         self.count[i] = n;
@@ -109,14 +109,14 @@ impl MemChunk {
     }
 
     /// Set bucket `i` to `v`, dropping what it held.
-    pub fn set(&mut self, i: usize, v: f64) {
+    pub(crate) fn set(&mut self, i: usize, v: f64) {
         self.mean[i] = v;
         self.count[i] = 1;
         self.generation += 1;
     }
 
     /// Set bucket `i` to `v` only if it is empty (backfill). True if it was.
-    pub fn fill(&mut self, i: usize, v: f64) -> bool {
+    pub(crate) fn fill(&mut self, i: usize, v: f64) -> bool {
         if self.count[i] != 0 {
             return false;
         }
@@ -127,7 +127,7 @@ impl MemChunk {
     }
 
     /// Bucket `i`'s value, NaN if empty.
-    pub fn get(&self, i: usize) -> f64 {
+    pub(crate) fn get(&self, i: usize) -> f64 {
         if self.count[i] == 0 {
             f64::NAN
         } else {
@@ -136,12 +136,12 @@ impl MemChunk {
     }
 
     /// Offset of the newest non-empty bucket.
-    pub fn last_value(&self) -> Option<usize> {
+    pub(crate) fn last_value(&self) -> Option<usize> {
         (0..CHUNK_LEN).rev().find(|&i| self.count[i] != 0)
     }
 
     /// The chunk as stored. Runs under the store lock at flush, once per dirty chunk.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = vec![0; CHUNK_BYTES];
         for ((o, &m), &n) in out.chunks_exact_mut(4).zip(self.mean.iter()).zip(self.count.iter()) {
             let v = if n == 0 { f32::NAN } else { to_f32(m) };

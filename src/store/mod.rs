@@ -88,7 +88,7 @@ const FORMAT_VERSION: u64 = 1;
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Most buckets one [`Store::range`] answer may hold (128 MiB of f64).
-pub const MAX_RANGE_BUCKETS: u64 = 1 << 24;
+pub(crate) const MAX_RANGE_BUCKETS: u64 = 1 << 24;
 
 /// Where and how history is kept.
 #[derive(Debug, Clone, PartialEq)]
@@ -282,7 +282,7 @@ impl Store {
     /// whose value is one evaluation per bucket that may be read again as
     /// late data settles (a Prometheus-compatible server's recent buckets).
     /// Otherwise as [`record`](Self::record).
-    pub fn replace(&self, series: &str, t: SystemTime, value: f64) {
+    pub(crate) fn replace(&self, series: &str, t: SystemTime, value: f64) {
         self.write(series, t, value, MemChunk::set)
     }
 

@@ -101,7 +101,7 @@ impl Histogram {
 /// One target's metrics at one moment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reading {
-    pub at: SystemTime,
+    pub(crate) at: SystemTime,
     /// (counter, label set) -> (value, `_created` if exposed).
     counters: HashMap<(Counter, String), (f64, Option<f64>)>,
     running: Option<f64>,
@@ -395,7 +395,7 @@ impl Deriver {
     }
 
     /// Forget targets that no longer exist (e.g. pods gone from DNS).
-    pub fn retain(&mut self, live: &dyn Fn(&str) -> bool) {
+    pub(crate) fn retain(&mut self, live: &dyn Fn(&str) -> bool) {
         self.previous.retain(|t, _| live(t));
     }
 }

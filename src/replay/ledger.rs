@@ -1,0 +1,263 @@
+//! What a run records: the sliding windows a policy may read at each poll
+//! (as a real fleet's metrics would show them), and the ledger of requests,
+//! GPU-seconds and cost that becomes its [`Report`] and per-minute timeline.
+
+use std::collections::VecDeque;
+
+use super::{dispersion, Capacity, Demand, Minute, Pool, Report, Run, SimConfig};
+
+/// The windows behind an [`super::Observation`]: arrivals over the rate
+/// window, arrivals per poll over the last ten minutes (burstiness), and
+/// admissions within the wait budget per poll over the rate window (what
+/// vLLM's queue-time histogram shows).
+pub(super) struct Windows {
+    dt: f64,
+    window_steps: usize,
+    recent: VecDeque<f64>,
+    recent_sum: f64,
+    polls_kept: usize,
+    per_poll: VecDeque<f64>,
+    since_poll: f64,
+    poll_secs: f64,
+    rate_window_secs: f64,
+    admitted_polls: VecDeque<(f64, f64)>,
+    adm: f64,
+    adm_met: f64,
+}
+
+impl Windows {
+    pub(super) fn new(cfg: &SimConfig) -> Windows {
+        let window_steps = (cfg.rate_window_secs / cfg.step_secs).round().max(1.0) as usize;
+        let polls_kept = ((600.0 / cfg.poll_secs).round() as usize).max(2);
+        Windows {
+            dt: cfg.step_secs,
+            window_steps,
+            recent: VecDeque::with_capacity(window_steps + 1),
+            recent_sum: 0.0,
+            polls_kept,
+            per_poll: VecDeque::with_capacity(polls_kept + 1),
+            since_poll: 0.0,
+            poll_secs: cfg.poll_secs,
+            rate_window_secs: cfg.rate_window_secs,
+            admitted_polls: VecDeque::new(),
+            adm: 0.0,
+            adm_met: 0.0,
+        }
+    }
+
+    /// `a` requests arrived this step.
+    pub(super) fn arrived(&mut self, a: f64) {
+        self.since_poll += a;
+        self.recent.push_back(a);
+        self.recent_sum += a;
+        if self.recent.len() > self.window_steps {
+            self.recent_sum -= self.recent.pop_front().unwrap_or(0.0);
+        }
+    }
+
+    /// `n` requests got a slot, within the wait budget or not.
+    pub(super) fn admitted(&mut self, n: f64, in_budget: bool) {
+        self.adm += n;
+        if in_budget {
+            self.adm_met += n;
+        }
+    }
+
+    /// A poll is due: close the poll that just ended.
+    pub(super) fn close_poll(&mut self) {
+        self.per_poll.push_back(self.since_poll);
+        if self.per_poll.len() > self.polls_kept {
+            self.per_poll.pop_front();
+        }
+        self.since_poll = 0.0;
+        self.admitted_polls.push_back((self.adm, self.adm_met));
+        if self.admitted_polls.len() as f64 * self.poll_secs > self.rate_window_secs {
+            self.admitted_polls.pop_front();
+        }
+        (self.adm, self.adm_met) = (0.0, 0.0);
+    }
+
+    /// Dispersion of arrivals per poll (variance over mean).
+    pub(super) fn dispersion(&mut self) -> f64 {
+        dispersion(self.per_poll.make_contiguous())
+    }
+
+    /// The fraction admitted within the wait budget over the window (NaN before any admission).
+    pub(super) fn wait_attainment(&self) -> f64 {
+        let (all, met) = self.admitted_polls.iter().fold((0.0, 0.0), |s, p| (s.0 + p.0, s.1 + p.1));
+        if all > 0.0 {
+            met / all
+        } else {
+            f64::NAN
+        }
+    }
+
+    /// Arrivals per second over the rate window.
+    pub(super) fn arrival_rate(&self) -> f64 {
+        self.recent_sum.max(0.0) / (self.recent.len() as f64 * self.dt)
+    }
+}
+
+/// Requests met, finished and dropped, GPU-seconds and cost, per minute and in all.
+pub(super) struct Ledger {
+    met: Vec<f64>,
+    done: Vec<f64>,
+    timeline: Vec<Minute>,
+    arrived: f64,
+    served: f64,
+    dropped: f64,
+    minute_arrived: f64,
+    minute_served: f64,
+    minute_dropped: f64,
+    gpu_secs: f64,
+    idle_secs: f64,
+    reserved_cost: f64,
+    on_demand_cost: f64,
+    peak_queue: f64,
+    replica_secs: f64,
+    max_replicas: u32,
+}
+
+impl Ledger {
+    pub(super) fn new(minutes: usize, replicas: u32) -> Ledger {
+        Ledger {
+            met: vec![0.0; minutes],
+            done: vec![0.0; minutes],
+            timeline: Vec::with_capacity(minutes),
+            arrived: 0.0,
+            served: 0.0,
+            dropped: 0.0,
+            minute_arrived: 0.0,
+            minute_served: 0.0,
+            minute_dropped: 0.0,
+            gpu_secs: 0.0,
+            idle_secs: 0.0,
+            reserved_cost: 0.0,
+            on_demand_cost: 0.0,
+            peak_queue: 0.0,
+            replica_secs: 0.0,
+            max_replicas: replicas,
+        }
+    }
+
+    pub(super) fn arrived(&mut self, a: f64) {
+        self.arrived += a;
+        self.minute_arrived += a;
+    }
+
+    /// `n` requests that arrived at `at` got a slot; they count in the minute they arrived.
+    pub(super) fn admitted(&mut self, at: f64, n: f64, in_budget: bool) {
+        let m = (at / 60.0) as usize;
+        self.done[m] += n;
+        if in_budget {
+            self.met[m] += n;
+        }
+        self.served += n;
+        self.minute_served += n;
+    }
+
+    /// `n` requests that arrived at `at` gave up: finished, and a miss.
+    pub(super) fn dropped(&mut self, at: f64, n: f64) {
+        self.done[(at / 60.0) as usize] += n;
+        self.dropped += n;
+        self.minute_dropped += n;
+    }
+
+    /// One step's bill: GPUs on `nodes` (booting ones too), idle GPU time
+    /// from the batch slots `busy` on `ready` replicas, `spec` replicas asked for.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn step(
+        &mut self,
+        dt: f64,
+        cap: &Capacity,
+        pool: &Pool,
+        nodes: u32,
+        ready: u32,
+        spec: u32,
+        busy: f64,
+        queued: f64,
+    ) {
+        self.peak_queue = self.peak_queue.max(queued);
+        let gpus = f64::from(nodes * cap.gpus_per_node);
+        let util = if ready > 0 { (busy / (f64::from(ready) * cap.slots)).min(1.0) } else { 0.0 };
+        self.gpu_secs += gpus * dt;
+        self.idle_secs += (gpus - f64::from(ready * cap.gpus_per_replica) * util).max(0.0) * dt;
+        self.reserved_cost += f64::from(pool.reserved_nodes) * pool.reserved_price_per_node_hour * dt / 3600.0;
+        self.on_demand_cost +=
+            f64::from(nodes.saturating_sub(pool.reserved_nodes)) * pool.price_per_node_hour * dt / 3600.0;
+        self.replica_secs += f64::from(spec) * dt;
+        self.max_replicas = self.max_replicas.max(spec);
+    }
+
+    /// The minute `minute` has ended: its timeline row, with the fleet as it stands.
+    /// Returns the rate that arrived, for the history the policies forecast from.
+    pub(super) fn close_minute(
+        &mut self,
+        demand: &Demand,
+        minute: usize,
+        spec: u32,
+        ready: u32,
+        nodes: u32,
+        queued: f64,
+    ) -> f64 {
+        let rate = self.minute_arrived / 60.0;
+        self.timeline.push(Minute {
+            minute,
+            unix: demand.start + 60 * minute as i64,
+            demand_rps: demand.rate[minute],
+            arrived_rps: rate,
+            replicas: spec,
+            ready_replicas: ready,
+            nodes,
+            queue: queued,
+            attainment: f64::NAN,
+            arrived: self.minute_arrived,
+            served: self.minute_served,
+            dropped: self.minute_dropped,
+        });
+        (self.minute_arrived, self.minute_served, self.minute_dropped) = (0.0, 0.0, 0.0);
+        rate
+    }
+
+    /// The run's report: each minute's attainment, the SLO's misses, the totals.
+    pub(super) fn finish(
+        mut self,
+        policy: String,
+        cfg: &SimConfig,
+        cold_starts: u64,
+        node_boots: u64,
+        queued: f64,
+    ) -> Run {
+        let minutes = self.met.len();
+        let mut violation_minutes = 0;
+        for (row, (m, d)) in self.timeline.iter_mut().zip(self.met.iter().zip(&self.done)) {
+            if *d > 0.0 {
+                row.attainment = m / d;
+                violation_minutes += usize::from(m / d < cfg.minute_slo_target);
+            }
+        }
+        let finished: f64 = self.done.iter().sum();
+        let secs = (minutes * 60) as f64;
+        let report = Report {
+            policy,
+            minutes,
+            gpu_hours: self.gpu_secs / 3600.0,
+            idle_gpu_hours: self.idle_secs / 3600.0,
+            cost: self.reserved_cost + self.on_demand_cost,
+            reserved_cost: self.reserved_cost,
+            on_demand_cost: self.on_demand_cost,
+            slo_attainment: if finished > 0.0 { self.met.iter().sum::<f64>() / finished } else { 1.0 },
+            violation_minutes,
+            cold_starts,
+            node_boots,
+            peak_queue: self.peak_queue,
+            arrived: self.arrived,
+            served: self.served,
+            dropped: self.dropped,
+            queued,
+            mean_replicas: if secs > 0.0 { self.replica_secs / secs } else { 0.0 },
+            max_replicas: self.max_replicas,
+        };
+        Run { report, timeline: self.timeline }
+    }
+}
