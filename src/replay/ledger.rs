@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use super::{dispersion, Capacity, Demand, Minute, Pool, Report, Run, SimConfig};
+use super::{dispersion, fleet::Fleet, fluid::Queue, Capacity, Demand, Minute, Pool, Report, Run, SimConfig};
 
 /// The windows behind an [`super::Observation`]: arrivals over the rate
 /// window, arrivals per poll over the last ten minutes (burstiness), and
@@ -163,23 +163,13 @@ impl Ledger {
         self.minute_dropped += n;
     }
 
-    /// One step's bill: GPUs on `nodes` (booting ones too), idle GPU time
-    /// from the batch slots `busy` on `ready` replicas, `spec` replicas asked for.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn step(
-        &mut self,
-        dt: f64,
-        cap: &Capacity,
-        pool: &Pool,
-        nodes: u32,
-        ready: u32,
-        spec: u32,
-        busy: f64,
-        queued: f64,
-    ) {
-        self.peak_queue = self.peak_queue.max(queued);
+    /// One step's bill: GPUs on the fleet's nodes (booting ones too), idle
+    /// GPU time from the batch slots busy on ready replicas, replicas asked for.
+    pub(super) fn step(&mut self, dt: f64, cap: &Capacity, pool: &Pool, fleet: &Fleet, queue: &Queue) {
+        let (nodes, ready, spec) = (fleet.nodes(), fleet.ready, fleet.spec());
+        self.peak_queue = self.peak_queue.max(queue.queued);
         let gpus = f64::from(nodes * cap.gpus_per_node);
-        let util = if ready > 0 { (busy / (f64::from(ready) * cap.slots)).min(1.0) } else { 0.0 };
+        let util = if ready > 0 { (queue.busy / (f64::from(ready) * cap.slots)).min(1.0) } else { 0.0 };
         self.gpu_secs += gpus * dt;
         self.idle_secs += (gpus - f64::from(ready * cap.gpus_per_replica) * util).max(0.0) * dt;
         self.reserved_cost += f64::from(pool.reserved_nodes) * pool.reserved_price_per_node_hour * dt / 3600.0;
@@ -191,25 +181,17 @@ impl Ledger {
 
     /// The minute `minute` has ended: its timeline row, with the fleet as it stands.
     /// Returns the rate that arrived, for the history the policies forecast from.
-    pub(super) fn close_minute(
-        &mut self,
-        demand: &Demand,
-        minute: usize,
-        spec: u32,
-        ready: u32,
-        nodes: u32,
-        queued: f64,
-    ) -> f64 {
+    pub(super) fn close_minute(&mut self, demand: &Demand, minute: usize, fleet: &Fleet, queue: &Queue) -> f64 {
         let rate = self.minute_arrived / 60.0;
         self.timeline.push(Minute {
             minute,
             unix: demand.start + 60 * minute as i64,
             demand_rps: demand.rate[minute],
             arrived_rps: rate,
-            replicas: spec,
-            ready_replicas: ready,
-            nodes,
-            queue: queued,
+            replicas: fleet.spec(),
+            ready_replicas: fleet.ready,
+            nodes: fleet.nodes(),
+            queue: queue.queued,
             attainment: f64::NAN,
             arrived: self.minute_arrived,
             served: self.minute_served,

@@ -387,10 +387,10 @@ pub fn simulate(
                 Event::Dropped { at, n } => ledger.dropped(at, n),
             }
         });
-        ledger.step(dt, cap, pool, fleet.nodes(), fleet.ready, fleet.spec(), queue.busy, queue.queued);
+        ledger.step(dt, cap, pool, &fleet, &queue);
 
         if (i + 1) % steps_per_min == 0 {
-            history.push(ledger.close_minute(demand, minute, fleet.spec(), fleet.ready, fleet.nodes(), queue.queued));
+            history.push(ledger.close_minute(demand, minute, &fleet, &queue));
             progress(minute);
         }
     }
