@@ -9,7 +9,10 @@ use serde::Deserialize;
 
 use crate::{
     capacity::Shape,
-    sizing::profile::Profile,
+    sizing::{
+        profile::Profile,
+        roles::{RoleCapacity, RoleKind},
+    },
     sources::{Signal, SourceConfig},
 };
 
@@ -36,6 +39,53 @@ pub struct Workload {
     pub(crate) shadow: bool,
     /// Shape fields stated in config, which win over the cluster's and the profile's.
     pub(crate) shape: Option<StatedShape>,
+    /// Prefill/decode roles, each sized on its own (empty: one role, the workload).
+    pub roles: Vec<Role>,
+}
+
+/// One role of a disaggregated workload: its own Deployment, profile, bounds and shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Role {
+    pub kind: RoleKind,
+    pub(crate) profile: Profile,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub(crate) shape: Option<StatedShape>,
+}
+
+/// The signals role sizing reads: demand in its parts.
+pub(crate) const ROLE_SIGNALS: [Signal; 4] = [
+    Signal::RequestRate,
+    Signal::PromptTokensPerRequest,
+    Signal::GenerationTokensPerRequest,
+    Signal::PrefixCacheHitFraction,
+];
+
+impl Role {
+    /// What one replica sustains, from the role's profile. The time per
+    /// output token is the profile's measured one (sequences / generated
+    /// tokens per second) when it states both, else its ITL SLO, the most
+    /// a token may take.
+    pub(crate) fn capacity(&self) -> Option<RoleCapacity> {
+        let p = &self.profile;
+        let itl_secs = match (p.generation_tokens_per_sec, &p.slo) {
+            (Some(g), _) => p.concurrency_per_replica / g,
+            (None, Some(slo)) => slo.itl_secs,
+            (None, None) => return None,
+        };
+        Some(RoleCapacity {
+            prefill_tokens_per_sec: p.prefill_tokens_per_sec,
+            sequences: p.concurrency_per_replica,
+            generation_tokens_per_sec: p.generation_tokens_per_sec,
+            kv_cache_tokens: p.kv_cache_tokens,
+            itl_secs,
+        })
+    }
+
+    /// The role's replica shape: its profile's, under its `shape:` fields.
+    pub(crate) fn config_shape(&self) -> Shape {
+        stated(self.profile.shape(), self.shape.as_ref())
+    }
 }
 
 /// The signal a workload is sized on, and how much of it one replica handles.
@@ -48,21 +98,25 @@ pub(crate) struct Target {
 impl Workload {
     /// The shape from config alone: the profile's, under the workload's own `shape:` fields.
     pub(crate) fn config_shape(&self) -> Shape {
-        let mut s = self.profile.shape();
-        if let Some(o) = &self.shape {
-            if let Some(g) = &o.gpu_type {
-                s.gpu_type = g.clone();
-            }
-            s.gpus_per_replica = o.gpus_per_replica.unwrap_or(s.gpus_per_replica);
-            s.nodes_per_replica = o.nodes_per_replica.unwrap_or(s.nodes_per_replica);
-        }
-        s
+        stated(self.profile.shape(), self.shape.as_ref())
     }
 
     /// `namespace/name`, the key the scaler looks workloads up by.
     pub fn key(&self) -> String {
         workload_key(&self.namespace, &self.name)
     }
+}
+
+/// `shape` with the fields `over` states replaced.
+fn stated(mut s: Shape, over: Option<&StatedShape>) -> Shape {
+    if let Some(o) = over {
+        if let Some(g) = &o.gpu_type {
+            s.gpu_type = g.clone();
+        }
+        s.gpus_per_replica = o.gpus_per_replica.unwrap_or(s.gpus_per_replica);
+        s.nodes_per_replica = o.nodes_per_replica.unwrap_or(s.nodes_per_replica);
+    }
+    s
 }
 
 /// The lookup key of a workload.

@@ -249,3 +249,66 @@ fn kubernetes_settings_are_checked_like_the_rest() {
         "{out}"
     );
 }
+
+const ROLES: &str = "workloads:
+  - name: llama-8b
+    model: llama-3.1-8b-h100
+    max_replicas: 12
+    target: {signal: concurrency}
+    roles:
+      prefill: {max_replicas: 4}
+      decode: {model: llama-3.1-70b-h100-tp4, min_replicas: 1}
+    source: {scrape: {targets: [http://10.0.0.5:8000/metrics], interval_secs: 15}}
+";
+
+#[test]
+fn roles_are_summarised_with_their_metric_bounds_and_what_sizes_them() {
+    let (code, out, err) = check(ROLES);
+    assert_eq!(code, 0, "{err}");
+    for want in [
+        "    role prefill: metric foresight-llama-8b-prefill-replicas, model llama-3.1-8b-h100, replicas 0..=4, sized on uncached prompt tokens/s at 24000 per replica",
+        "    role decode: metric foresight-llama-8b-decode-replicas, model llama-3.1-70b-h100-tp4, replicas 1..=12, sized on sequences at 24 per replica, KV cache 400000 tokens, 600 generated tokens/s",
+    ] {
+        assert!(out.contains(want), "want {want:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn bad_roles_name_the_role_and_field() {
+    let cases = [
+        (ROLES.replace("prefill: {max", "prefil: {max"), "unknown variant `prefil`, expected `prefill` or `decode`"),
+        (ROLES.replace("{max_replicas: 4}", "{max_replicas: 4, shape: {gpus_per_replica: 3, nodes_per_replica: 2}}"),
+            "workloads[0].roles.prefill.shape: gpus_per_replica (3) must be a multiple of nodes_per_replica (2)"),
+        (ROLES.replace("{max_replicas: 4}", "{max_replicas: 4, min_replicas: 5}"), "workloads[0].roles.prefill.min_replicas: 5 exceeds max_replicas 4"),
+        (ROLES.replace("model: llama-3.1-70b-h100-tp4", "model: llama-9b"), "workloads[0].roles.decode.model: unknown model profile `llama-9b`"),
+        (ROLES.replace("    target:", "    signals: [concurrency, request_rate]\n    target:"),
+            "workloads[0].signals: must include `prompt_tokens_per_request`: roles are sized on request rate and lengths"),
+    ];
+    for (yaml, want) in cases {
+        let (code, _, err) = check(&yaml);
+        assert_eq!(code, 1, "{yaml}");
+        assert!(err.contains(want), "want {want:?} in:\n{err}");
+    }
+}
+
+#[test]
+fn a_prefill_role_needs_a_profile_that_states_its_prefill_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    std::fs::write(
+        models.join("small.yaml"),
+        "name: small\ngpu_type: nvidia-l4\ngpus_per_replica: 1\nconcurrency_per_replica: 8\n\
+         cold_start_secs: {image_pull: 60}\nslo: {ttft_secs: 1, itl_secs: 0.05}\n",
+    )
+    .unwrap();
+    let yaml = format!("models_dir: models\n{}", ROLES.replace("model: llama-3.1-8b-h100", "model: small"));
+    let path = dir.path().join("f.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let (code, _, err) = run(&["check-config", path.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("workloads[0].roles.prefill.model: profile `small` states no prefill_tokens_per_sec, which a prefill role is sized on"),
+        "{err}"
+    );
+}

@@ -137,6 +137,7 @@ fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
     let svc_port = settings.grpc.listen.port();
     let mut triggers = 0;
     let mut balloons = 0;
+    let mut roles = 0;
     for (name, so) in docs.iter().filter(|(_, v)| v["kind"] == "ScaledObject") {
         let ns = s(so, "metadata.namespace");
         for t in so["spec"]["triggers"].as_sequence().unwrap() {
@@ -186,7 +187,25 @@ fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
                 .find(|w| w.key() == q.key())
                 .unwrap_or_else(|| panic!("{name}: workload {} is not in the shipped config", q.key()));
             let min = so["spec"]["minReplicaCount"].as_u64().unwrap_or(0);
-            assert_eq!(min, u64::from(w.min_replicas), "{name}: minReplicaCount differs from Foresight's min_replicas");
+            let max = so["spec"]["maxReplicaCount"].as_u64();
+            match q.role {
+                Some(kind) => {
+                    // A role's ScaledObject: the workload declares the role, and the bounds agree.
+                    let r = w
+                        .roles
+                        .iter()
+                        .find(|r| r.kind == kind)
+                        .unwrap_or_else(|| panic!("{name}: workload {} declares no {kind} role", q.key()));
+                    assert_eq!(min, u64::from(r.min_replicas), "{name}: minReplicaCount differs from the role's");
+                    assert_eq!(max, Some(u64::from(r.max_replicas)), "{name}: maxReplicaCount differs from the role's");
+                    roles += 1;
+                }
+                None => assert_eq!(
+                    min,
+                    u64::from(w.min_replicas),
+                    "{name}: minReplicaCount differs from Foresight's min_replicas"
+                ),
+            }
             if let Some(auth) = t["authenticationRef"]["name"].as_str() {
                 let ta = find(&docs, "TriggerAuthentication", ns, auth);
                 for r in ta["spec"]["secretTargetRef"].as_sequence().unwrap() {
@@ -199,6 +218,7 @@ fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
         }
     }
     assert!(triggers >= 3, "pull, push and mTLS examples");
+    assert_eq!(roles, 4, "an llm-d and a KServe prefill/decode pair");
     assert_eq!(balloons, settings.pools.len(), "one balloon per configured pool");
 }
 

@@ -62,6 +62,7 @@ fn sim_config(pods: u32, requests_per_sec: f64) -> SimConfig {
         prefill_tokens_per_sec: 8_000.0,
         itl_secs: 0.02,
         kv_cache_tokens: 400_000.0,
+        prefix_cache_hit_fraction: 0.0,
     }
 }
 

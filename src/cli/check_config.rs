@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use crate::config::Settings;
+use crate::{config::Settings, serve::state::metric_name, sizing::roles::RoleKind};
 
 /// Validate `file`, print what it configures; exit 1 if invalid.
 pub(super) fn run(file: &std::path::Path) -> ExitCode {
@@ -29,6 +29,33 @@ pub(super) fn run(file: &std::path::Path) -> ExitCode {
                     w.target.signal,
                     w.target.per_replica
                 );
+                for r in &w.roles {
+                    let p = &r.profile;
+                    let on = match r.kind {
+                        RoleKind::Prefill => {
+                            format!(
+                                "uncached prompt tokens/s at {} per replica",
+                                p.prefill_tokens_per_sec.unwrap_or(0.0)
+                            )
+                        }
+                        RoleKind::Decode => format!(
+                            "sequences at {} per replica{}{}",
+                            p.concurrency_per_replica,
+                            p.kv_cache_tokens.map(|k| format!(", KV cache {k} tokens")).unwrap_or_default(),
+                            p.generation_tokens_per_sec
+                                .map(|g| format!(", {g} generated tokens/s"))
+                                .unwrap_or_default()
+                        ),
+                    };
+                    println!(
+                        "    role {}: metric {}, model {}, replicas {}..={}, sized on {on}",
+                        r.kind,
+                        metric_name(&format!("{}-{}", w.name, r.kind), "replicas"),
+                        p.name,
+                        r.min_replicas,
+                        r.max_replicas
+                    );
+                }
             }
             match &s.kubernetes {
                 None => println!("  kubernetes  off (shapes from config and profiles)"),

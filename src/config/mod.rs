@@ -7,6 +7,7 @@
 //! looked up, paths made absolute. Loading never binds a port or starts work.
 
 pub(crate) mod raw;
+mod roles;
 mod sections;
 pub(crate) mod yaml;
 
@@ -471,6 +472,15 @@ fn validate(
                 list
             }
         };
+        let roles = roles::validate_roles(
+            w.roles,
+            &roles::RoleDefaults { model: &w.model, min_replicas, max_replicas },
+            profiles,
+            &at,
+            &mut bad,
+        );
+        let signals =
+            if roles.is_empty() { signals } else { roles::role_signals(w.signals.is_some(), signals, &at, &mut bad) };
         for (field, message) in w.source.problems() {
             bad(at(&format!("source.{field}")), message);
         }
@@ -501,15 +511,8 @@ fn validate(
         if !(per_replica.is_finite() && per_replica > 0.0) {
             bad(at("target.per_replica"), format!("must be a finite number > 0, got {per_replica}"));
         }
-        if let Some(s) = &w.shape {
-            let g = s.gpus_per_replica.unwrap_or(profile.gpus_per_replica);
-            let n = s.nodes_per_replica.unwrap_or(profile.nodes_per_replica);
-            if g == 0 || n == 0 || g % n != 0 {
-                bad(
-                    at("shape"),
-                    format!("gpus_per_replica ({g}) must be a multiple of nodes_per_replica ({n}), both > 0"),
-                );
-            }
+        if let Some(why) = w.shape.as_ref().and_then(|s| roles::shape_problem(profile, s)) {
+            bad(at("shape"), why);
         }
         workloads.push(Arc::new(Workload {
             name: w.name,
@@ -524,6 +527,7 @@ fn validate(
             source: w.source,
             shadow: w.shadow,
             shape: w.shape,
+            roles,
         }));
     }
 

@@ -7,6 +7,7 @@ use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
 use serde::Deserialize;
 
 use crate::{
+    sizing::roles::RoleKind,
     sources::{Signal, SourceConfig},
     workload::StatedShape,
 };
@@ -545,6 +546,24 @@ pub(crate) struct RawWorkload {
     #[serde(default)]
     pub(crate) shadow: bool,
     /// Replica shape stated here wins over the cluster's and the profile's.
+    #[serde(default)]
+    pub(crate) shape: Option<StatedShape>,
+    /// Prefill/decode roles, each scaled by its own ScaledObject.
+    #[serde(default)]
+    pub(crate) roles: BTreeMap<RoleKind, RawRole>,
+}
+
+/// One role of a disaggregated workload; unset fields come from the workload.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRole {
+    /// Capacity profile of this role's replicas; default: the workload's `model`.
+    #[serde(default)]
+    pub(crate) model: Option<String>,
+    #[serde(default)]
+    pub(crate) min_replicas: Option<u32>,
+    #[serde(default)]
+    pub(crate) max_replicas: Option<u32>,
     #[serde(default)]
     pub(crate) shape: Option<StatedShape>,
 }

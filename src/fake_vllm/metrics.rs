@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::{Hist, PodMetrics, ITL_BOUNDS, LATENCY_BOUNDS, TTFT_BOUNDS};
+use super::{Hist, PodMetrics, ITL_BOUNDS, LATENCY_BOUNDS, TOKEN_BOUNDS, TTFT_BOUNDS};
 
 fn num(v: f64) -> String {
     if v.is_infinite() {
@@ -91,6 +91,8 @@ pub(crate) fn render(m: &PodMetrics, model_name: &str) -> String {
     o.counter("vllm:num_preemptions", "Preempted requests.", &[("", 0)]);
     o.counter("vllm:prompt_tokens", "Prefill tokens processed.", &[("", m.prompt_tokens)]);
     o.counter("vllm:generation_tokens", "Tokens generated.", &[("", m.generation_tokens)]);
+    o.counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", &[("", m.cache_queries)]);
+    o.counter("vllm:prefix_cache_hits", "Prompt tokens served from the prefix cache.", &[("", m.cache_hits)]);
     o.counter(
         "vllm:request_success",
         "Finished requests by reason.",
@@ -104,5 +106,12 @@ pub(crate) fn render(m: &PodMetrics, model_name: &str) -> String {
     o.histogram("vllm:inter_token_latency_seconds", "Time between output tokens.", ITL_BOUNDS, &m.itl);
     o.histogram("vllm:e2e_request_latency_seconds", "Request latency, arrival to last token.", LATENCY_BOUNDS, &m.e2e);
     o.histogram("vllm:request_queue_time_seconds", "Time spent waiting for a batch slot.", LATENCY_BOUNDS, &m.queue);
+    o.histogram("vllm:request_prompt_tokens", "Prompt tokens per finished request.", TOKEN_BOUNDS, &m.prompt_len);
+    o.histogram(
+        "vllm:request_generation_tokens",
+        "Generated tokens per finished request.",
+        TOKEN_BOUNDS,
+        &m.output_len,
+    );
     o.buf
 }

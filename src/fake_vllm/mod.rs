@@ -47,6 +47,9 @@ pub struct SimConfig {
     /// KV-cache capacity per pod, in tokens (for `kv_cache_usage_perc`).
     #[serde(default = "default_kv_tokens")]
     pub kv_cache_tokens: f64,
+    /// Share 0..1 of each prompt served from the prefix cache (not prefilled).
+    #[serde(default)]
+    pub prefix_cache_hit_fraction: f64,
 }
 
 fn default_pods() -> u32 {
@@ -86,7 +89,18 @@ impl SimConfig {
                 out.push((field, format!("must be a finite number > 0, got {v}")));
             }
         }
+        if !(0.0..=1.0).contains(&self.prefix_cache_hit_fraction) {
+            out.push((
+                "prefix_cache_hit_fraction",
+                format!("must be within 0..=1, got {}", self.prefix_cache_hit_fraction),
+            ));
+        }
         out
+    }
+
+    /// Prompt tokens of a `prompt`-token request served from the prefix cache.
+    fn cached(&self, prompt: u32) -> u64 {
+        (f64::from(prompt) * self.prefix_cache_hit_fraction).floor() as u64
     }
 }
 
@@ -124,6 +138,9 @@ pub(crate) const LATENCY_BOUNDS: &[f64] = &[
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
     1920.0, 7680.0,
 ];
+/// Tokens per request: vLLM's 1-2-5 series up to the model length (32,768 here).
+pub(crate) const TOKEN_BOUNDS: &[f64] =
+    &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0];
 
 #[derive(Debug, Clone)]
 struct Running {
@@ -148,6 +165,12 @@ pub struct PodMetrics {
     pub(crate) itl: Hist,
     pub(crate) e2e: Hist,
     pub(crate) queue: Hist,
+    /// Prompt and output tokens of finished requests.
+    pub(crate) prompt_len: Hist,
+    pub(crate) output_len: Hist,
+    /// Prompt tokens looked up in, and served from, the prefix cache.
+    pub(crate) cache_queries: u64,
+    pub(crate) cache_hits: u64,
 }
 
 /// Output token limit: requests that hit it finish with reason `length`.
@@ -193,6 +216,10 @@ impl Pod {
             itl: Hist::new(ITL_BOUNDS),
             e2e: Hist::new(LATENCY_BOUNDS),
             queue: Hist::new(LATENCY_BOUNDS),
+            prompt_len: Hist::new(TOKEN_BOUNDS),
+            output_len: Hist::new(TOKEN_BOUNDS),
+            cache_queries: 0,
+            cache_hits: 0,
         };
         Pod {
             config,
@@ -208,7 +235,8 @@ impl Pod {
     }
 
     fn start(&mut self, req: Request, at: f64) {
-        let first_token = at + f64::from(req.prompt_tokens) / self.config.prefill_tokens_per_sec;
+        let prefilled = u64::from(req.prompt_tokens) - self.config.cached(req.prompt_tokens);
+        let first_token = at + prefilled as f64 / self.config.prefill_tokens_per_sec;
         let finish = first_token + f64::from(req.output_tokens.saturating_sub(1)) * self.config.itl_secs;
         self.done.queue.observe(LATENCY_BOUNDS, at - req.arrival);
         let r = Some(Running { req, first_token, finish });
@@ -239,6 +267,10 @@ impl Pod {
             let d = &mut self.done;
             d.prompt_tokens += u64::from(r.req.prompt_tokens);
             d.generation_tokens += u64::from(r.req.output_tokens);
+            d.cache_queries += u64::from(r.req.prompt_tokens);
+            d.cache_hits += self.config.cached(r.req.prompt_tokens);
+            d.prompt_len.observe(TOKEN_BOUNDS, f64::from(r.req.prompt_tokens));
+            d.output_len.observe(TOKEN_BOUNDS, f64::from(r.req.output_tokens));
             if r.req.output_tokens >= MAX_TOKENS {
                 d.success_length += 1;
             } else {
@@ -279,6 +311,8 @@ impl Pod {
                 let generated =
                     (1 + ((t - r.first_token) / self.config.itl_secs) as u64).min(u64::from(r.req.output_tokens));
                 m.prompt_tokens += u64::from(r.req.prompt_tokens);
+                m.cache_queries += u64::from(r.req.prompt_tokens);
+                m.cache_hits += self.config.cached(r.req.prompt_tokens);
                 m.generation_tokens += generated;
                 m.ttft.observe(TTFT_BOUNDS, r.first_token - r.req.arrival);
                 kv += f64::from(r.req.prompt_tokens) + generated as f64;
@@ -374,6 +408,7 @@ mod tests {
             prefill_tokens_per_sec: 8000.0,
             itl_secs: 0.02,
             kv_cache_tokens: 400_000.0,
+            prefix_cache_hit_fraction: 0.25,
         }
     }
 
@@ -421,5 +456,22 @@ mod tests {
         fleet.restart_pod(1);
         let m = fleet.pods()[1].metrics();
         assert_eq!((m.generation_tokens, m.running, m.created), (0, 0, origin + 60.0));
+    }
+
+    #[test]
+    fn lengths_and_cache_hits_are_reported_as_vllm_counts_them() {
+        let mut fleet = Fleet::new(config(20.0, 256), None, 0.0);
+        fleet.advance_to(600.0);
+        let m = fleet.pods()[0].metrics();
+        let finished = m.success_stop + m.success_length;
+        assert!(finished > 1000, "{finished}");
+        assert_eq!((m.prompt_len.count, m.output_len.count), (finished, finished));
+        // Finished requests' tokens, whole: the histograms' sums are the counters less what is in flight.
+        assert!(m.prompt_len.sum <= m.prompt_tokens as f64 && m.output_len.sum <= m.generation_tokens as f64);
+        let share = m.cache_hits as f64 / m.cache_queries as f64;
+        assert!((share - 0.25).abs() < 0.01, "{share}");
+        // The Azure-fitted prompt length: log-normal(6.63, 0.99), mean ~1,230 tokens.
+        let mean = m.prompt_len.sum / m.prompt_len.count as f64;
+        assert!((1_000.0..1_500.0).contains(&mean), "{mean}");
     }
 }

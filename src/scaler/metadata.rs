@@ -6,11 +6,13 @@
 
 use tonic::Status;
 
-use crate::proto::ScaledObjectRef;
+use crate::{proto::ScaledObjectRef, sizing::roles::RoleKind};
 
 pub(crate) use crate::workload::{KEY_NAMESPACE, KEY_WORKLOAD};
 /// Metadata key choosing the metric encoding (default `replicas`).
 pub(crate) const KEY_ENCODING: &str = "encoding";
+/// Metadata key naming a role of the workload (`prefill` or `decode`).
+pub(crate) const KEY_ROLE: &str = "role";
 /// Metadata key naming a node pool: the trigger of a pool's placeholder
 /// (balloon) Deployment, instead of `workload`.
 pub(crate) const KEY_POOL: &str = "pool";
@@ -56,6 +58,8 @@ pub struct Query {
     pub(crate) namespace: String,
     pub(crate) workload: String,
     pub(crate) encoding: Encoding,
+    /// The role of a disaggregated workload the trigger scales, if any.
+    pub role: Option<RoleKind>,
 }
 
 impl Query {
@@ -78,7 +82,7 @@ pub(crate) fn shown(s: &str) -> String {
 /// Parse a ScaledObjectRef's metadata.
 pub(crate) fn parse(r: &ScaledObjectRef) -> Result<Query, Status> {
     let md = &r.scaler_metadata;
-    for key in [KEY_WORKLOAD, KEY_NAMESPACE, KEY_ENCODING] {
+    for key in [KEY_WORKLOAD, KEY_NAMESPACE, KEY_ENCODING, KEY_ROLE] {
         if let Some(v) = md.get(key).filter(|v| v.len() > MAX_VALUE_LEN) {
             return Err(Status::invalid_argument(format!(
                 "trigger metadata key `{key}` is {} bytes long; at most {MAX_VALUE_LEN} are allowed",
@@ -108,7 +112,23 @@ pub(crate) fn parse(r: &ScaledObjectRef) -> Result<Query, Status> {
             )))
         }
     };
-    Ok(Query { namespace: namespace.to_string(), workload: workload.to_string(), encoding })
+    let role = match md.get(KEY_ROLE).map(|s| s.trim()) {
+        None | Some("") => None,
+        Some(r) if r.eq_ignore_ascii_case("prefill") => Some(RoleKind::Prefill),
+        Some(r) if r.eq_ignore_ascii_case("decode") => Some(RoleKind::Decode),
+        Some(other) => {
+            return Err(Status::invalid_argument(format!(
+                "trigger metadata key `{KEY_ROLE}` must be `prefill` or `decode`, got `{}`",
+                shown(other)
+            )))
+        }
+    };
+    if role.is_some() && encoding == Encoding::Load {
+        return Err(Status::invalid_argument(format!(
+            "trigger metadata key `{KEY_ENCODING}`: a role is served as replicas only (its load is tokens and sequences, not one signal)"
+        )));
+    }
+    Ok(Query { namespace: namespace.to_string(), workload: workload.to_string(), encoding, role })
 }
 
 /// Does the metric name KEDA asks for match `served`? Case-insensitive

@@ -14,8 +14,11 @@ use crate::{
         external_scaler_server::ExternalScaler, GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse,
         IsActiveResponse, MetricSpec, MetricValue, ScaledObjectRef,
     },
-    serve::state::{PoolState, Registry, Snapshot, WorkloadState},
-    sizing::{reactive::Decision, Policy},
+    serve::{
+        roles::RoleState,
+        state::{PoolState, Registry, Snapshot, WorkloadState},
+    },
+    sizing::{reactive::Decision, roles::RoleDecision, Policy},
 };
 
 /// The scaler service.
@@ -49,6 +52,41 @@ fn lookup<'a>(snap: &'a Snapshot, q: &Query) -> Result<&'a Arc<WorkloadState>, S
     )))
 }
 
+/// The role the query names, if it names one the workload declares.
+fn lookup_role<'a>(s: &'a WorkloadState, q: &Query) -> Result<Option<&'a RoleState>, Status> {
+    let Some(kind) = q.role else { return Ok(None) };
+    match s.roles.iter().find(|r| r.role == kind) {
+        Some(r) => Ok(Some(r)),
+        None => {
+            let declared: Vec<&str> = s.roles.iter().map(|r| r.role.as_str()).collect();
+            Err(Status::not_found(format!(
+                "workload `{}/{}` declares no `{kind}` role (roles: {})",
+                s.namespace,
+                s.name,
+                if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
+            )))
+        }
+    }
+}
+
+fn role_decision<'a>(s: &WorkloadState, r: &'a RoleState) -> Result<&'a RoleDecision, Status> {
+    r.decision.as_ref().ok_or_else(|| {
+        let why = r.error.as_ref().map_or_else(|| "no signal has been read yet".to_string(), ToString::to_string);
+        Status::unavailable(format!(
+            "no decision for the {} role of workload `{}/{}`: {why}",
+            r.role, s.namespace, s.name
+        ))
+    })
+}
+
+/// Is the workload (or the role the query names) active? `None`: nothing to say yet.
+fn workload_active(s: &WorkloadState, q: &Query) -> Result<Option<bool>, Status> {
+    Ok(match lookup_role(s, q)? {
+        Some(r) => r.decision.as_ref().map(|d| d.active),
+        None => s.decision.as_ref().map(|d| d.active),
+    })
+}
+
 fn decision(s: &WorkloadState) -> Result<&Decision, Status> {
     s.decision.as_ref().ok_or_else(|| {
         let why = s.error.as_ref().map_or_else(|| "no signal has been read yet".to_string(), ToString::to_string);
@@ -59,19 +97,20 @@ fn decision(s: &WorkloadState) -> Result<&Decision, Status> {
 /// The spec is a function of config only, so it exists from the first
 /// moment a workload is known, whatever the health of its signals: KEDA's
 /// fallback cannot fire if GetMetricSpec fails (KEDA issue #8056).
-fn spec(s: &WorkloadState, encoding: Encoding) -> GetMetricSpecResponse {
-    let (name, target) = match encoding {
-        Encoding::Replicas => (&s.metrics.replicas, 1.0),
-        Encoding::Load => (&s.metrics.load, s.per_replica),
+fn spec(s: &WorkloadState, q: &Query) -> Result<GetMetricSpecResponse, Status> {
+    let (name, target) = match (lookup_role(s, q)?, q.encoding) {
+        (Some(r), _) => (&r.metric, 1.0),
+        (None, Encoding::Replicas) => (&s.metrics.replicas, 1.0),
+        (None, Encoding::Load) => (&s.metrics.load, s.per_replica),
     };
-    GetMetricSpecResponse {
+    Ok(GetMetricSpecResponse {
         metric_specs: vec![MetricSpec {
             metric_name: name.clone(),
             // KEDA reads the float when > 0, else the int: set both.
             target_size: (target.round() as i64).max(1),
             target_size_float: target,
         }],
-    }
+    })
 }
 
 /// The `load` encoding must land the HPA on the decided count too. A
@@ -114,7 +153,7 @@ fn pool_buffer(p: &PoolState) -> Result<u32, Status> {
 /// Spec of whichever target the trigger names.
 fn target_spec(snap: &Snapshot, t: &Target) -> Result<GetMetricSpecResponse, Status> {
     match t {
-        Target::Workload(q) => Ok(spec(lookup(snap, q)?, q.encoding)),
+        Target::Workload(q) => spec(lookup(snap, q)?, q),
         Target::Pool(name) => Ok(pool_spec(lookup_pool(snap, name)?)),
     }
 }
@@ -122,7 +161,7 @@ fn target_spec(snap: &Snapshot, t: &Target) -> Result<GetMetricSpecResponse, Sta
 /// Activity of the target: `None` while there is nothing to say yet.
 fn target_active(snap: &Snapshot, t: &Target) -> Result<Option<bool>, Status> {
     match t {
-        Target::Workload(q) => Ok(lookup(snap, q)?.decision.as_ref().map(|d| d.active)),
+        Target::Workload(q) => workload_active(lookup(snap, q)?, q),
         Target::Pool(name) => Ok(lookup_pool(snap, name)?.plan.as_ref().map(|pp| pp.buffer_nodes > 0)),
     }
 }
@@ -173,7 +212,13 @@ impl ExternalScaler for Scaler {
     async fn is_active(&self, request: Request<ScaledObjectRef>) -> Result<Response<IsActiveResponse>, Status> {
         let snap = self.registry.load();
         let active = match metadata::parse_target(request.get_ref())? {
-            Target::Workload(q) => decision(lookup(&snap, &q)?)?.active,
+            Target::Workload(q) => {
+                let s = lookup(&snap, &q)?;
+                match lookup_role(s, &q)? {
+                    Some(r) => role_decision(s, r)?.active,
+                    None => decision(s)?.active,
+                }
+            }
             Target::Pool(name) => pool_buffer(lookup_pool(&snap, &name)?)? > 0,
         };
         Ok(Response::new(IsActiveResponse { result: active }))
@@ -231,9 +276,11 @@ impl ExternalScaler for Scaler {
             }
         };
         let s = lookup(&snap, &q)?;
-        let served = match q.encoding {
-            Encoding::Replicas => &s.metrics.replicas,
-            Encoding::Load => &s.metrics.load,
+        let role = lookup_role(s, &q)?;
+        let served = match (role, q.encoding) {
+            (Some(r), _) => &r.metric,
+            (None, Encoding::Replicas) => &s.metrics.replicas,
+            (None, Encoding::Load) => &s.metrics.load,
         };
         if !metadata::metric_matches(&req.metric_name, served) {
             return Err(Status::invalid_argument(format!(
@@ -242,7 +289,10 @@ impl ExternalScaler for Scaler {
                 q.key()
             )));
         }
-        let v = value(decision(s)?, q.encoding, s.per_replica);
+        let v = match role {
+            Some(r) => f64::from(role_decision(s, r)?.desired_replicas),
+            None => value(decision(s)?, q.encoding, s.per_replica),
+        };
         Ok(Response::new(GetMetricsResponse {
             metric_values: vec![MetricValue {
                 metric_name: served.clone(),

@@ -20,8 +20,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{
-    outcome::{NoBridge, NoDecision, Unusable},
-    refit::{ForecastView, Refitter},
+    decide::{blind_decision, decide, reactive_decision, unix},
+    outcome::NoDecision,
+    refit::Refitter,
     state::{PoolState, Registry, SignalReading, WorkloadState},
 };
 use crate::{
@@ -30,14 +31,14 @@ use crate::{
     config::{ForecastSettings, Settings, SizingSettings},
     sizing::{
         headroom::{Headroom, HeadroomConfig},
-        predictive::{self, Stabiliser, Upper},
-        reactive::{self, Decision},
+        predictive::Stabiliser,
+        reactive::Decision,
         Policy,
     },
     sources::{health::SourceHealth, Signal},
     store::Store,
     workload::Workload,
-    workload::{pods_series, series},
+    workload::{pods_series, series, ROLE_SIGNALS},
 };
 
 struct Slot {
@@ -49,8 +50,10 @@ struct Slot {
     /// queue-wait reading it last took in was made.
     headroom: Headroom,
     wait_seen: Option<SystemTime>,
-    /// The id of this workload's refit that is queued or running.
-    refit_pending: Option<u64>,
+    /// Scale-down stabilisation of each role's decisions, in `workload.roles` order.
+    role_stabilisers: Vec<Stabiliser>,
+    /// The ids of this workload's refits queued or running (its target and demand parts).
+    refit_pending: Vec<u64>,
     /// When the next refit is due.
     refit_due: Option<SystemTime>,
 }
@@ -139,7 +142,7 @@ impl Engine {
                     if forecast_changed {
                         // Refit now with the new settings; a fit still running with the old ones is dropped.
                         s.refit_due = None;
-                        s.refit_pending = None;
+                        s.refit_pending.clear();
                     }
                     s
                 }
@@ -147,9 +150,10 @@ impl Engine {
                     workload: w.clone(),
                     state: WorkloadState::new(w),
                     stabiliser: Stabiliser::default(),
+                    role_stabilisers: vec![Stabiliser::default(); w.roles.len()],
                     headroom: Headroom::new(HeadroomConfig::default()),
                     wait_seen: None,
-                    refit_pending: None,
+                    refit_pending: Vec::new(),
                     refit_due: None,
                 },
             };
@@ -219,6 +223,9 @@ impl Engine {
                 }
             }
             slot.state.forecast_only = forecast_only;
+            if !w.roles.is_empty() {
+                super::roles::decide_all(w, &mut slot.state, &mut slot.role_stabilisers, &self.sizing, now);
+            }
             let live = slot.state.signals.get(&w.target.signal).map(|r| r.value);
             slot.state.reactive_replicas = live.and_then(|v| reactive_decision(w, v).ok()).map(|d| d.desired_replicas);
             slot.state.pods = self.store.latest(&pods_series(&key)).map(|(v, _)| v as u32);
@@ -282,31 +289,43 @@ impl Engine {
         }
         let now_unix = unix(now) as i64;
         let step = self.sizing.plan_step_secs;
-        let demands: Vec<Demand> = self
-            .slots
-            .iter()
-            .map(|s| {
-                let p = &s.workload.profile;
-                // Shadow workloads are planned as the forecast would have them: the plan is reported, not acted on.
-                let d = s.state.shadow.as_ref().or(s.state.decision.as_ref());
-                let cluster = view.and_then(|v| v.workloads.get(&s.workload.key()));
-                // Pods the scheduler has placed, when the cluster is read; else pods
-                // answering the scrape; else what KEDA was last told.
-                // Each pending pod counts as an unplaced replica: exact for one-pod replicas, and for
-                // LeaderWorkerSet groups the bound that keeps more nodes warm rather than fewer.
-                let placed = cluster.and_then(|c| Some(c.replicas?.current.saturating_sub(c.pending.len() as u32)));
-                Demand {
-                    workload: s.workload.key(),
-                    shape: cluster.map_or_else(|| s.workload.config_shape(), |c| c.shape.clone()),
-                    replicas: d.map_or_else(|| vec![0], |d| timeline(d, step)),
-                    pod_start_secs: p.pod_start_secs(),
-                    running: placed
-                        .or(s.state.pods)
-                        .or(s.state.decision.as_ref().map(|d| d.desired_replicas))
-                        .unwrap_or(0),
+        // One demand per workload, or per role for workloads with roles (their
+        // Deployments are the roles'); `owner` maps each back to its slot and role.
+        let mut demands: Vec<Demand> = Vec::new();
+        let mut owner: Vec<(usize, Option<usize>)> = Vec::new();
+        for (i, s) in self.slots.iter().enumerate() {
+            let p = &s.workload.profile;
+            let cluster = view.and_then(|v| v.workloads.get(&s.workload.key()));
+            if !s.workload.roles.is_empty() {
+                for (r, (role, rs)) in s.workload.roles.iter().zip(&s.state.roles).enumerate() {
+                    let d = rs.decision.as_ref();
+                    demands.push(Demand {
+                        workload: format!("{}/{}", s.workload.key(), role.kind),
+                        shape: role.config_shape(),
+                        replicas: d.map_or_else(|| vec![0], |d| role_timeline(d, step)),
+                        pod_start_secs: role.profile.pod_start_secs(),
+                        running: d.map_or(0, |d| d.desired_replicas),
+                    });
+                    owner.push((i, Some(r)));
                 }
-            })
-            .collect();
+                continue;
+            }
+            // Shadow workloads are planned as the forecast would have them: the plan is reported, not acted on.
+            let d = s.state.shadow.as_ref().or(s.state.decision.as_ref());
+            // Pods the scheduler has placed, when the cluster is read; else pods
+            // answering the scrape; else what KEDA was last told.
+            // Each pending pod counts as an unplaced replica: exact for one-pod replicas, and for
+            // LeaderWorkerSet groups the bound that keeps more nodes warm rather than fewer.
+            let placed = cluster.and_then(|c| Some(c.replicas?.current.saturating_sub(c.pending.len() as u32)));
+            demands.push(Demand {
+                workload: s.workload.key(),
+                shape: cluster.map_or_else(|| s.workload.config_shape(), |c| c.shape.clone()),
+                replicas: d.map_or_else(|| vec![0], |d| timeline(d, step)),
+                pod_start_secs: p.pod_start_secs(),
+                running: placed.or(s.state.pods).or(s.state.decision.as_ref().map(|d| d.desired_replicas)).unwrap_or(0),
+            });
+            owner.push((i, None));
+        }
         let longest = pools.iter().map(|p| p.provisioning_secs).fold(0.0, f64::max)
             + demands.iter().map(|d| d.pod_start_secs).fold(0.0, f64::max);
         let steps = (longest / step as f64).ceil() as usize + 1;
@@ -318,11 +337,16 @@ impl Engine {
             reservations: &self.reservations,
             demands: &demands,
         });
-        for (slot, wp) in self.slots.iter_mut().zip(&plan.workloads) {
-            if wp.unplaced > 0 && slot.state.placement.as_ref().is_none_or(|old| old.unplaced == 0) {
+        for (&(i, role), wp) in owner.iter().zip(&plan.workloads) {
+            let state = &mut self.slots[i].state;
+            let placement = match role {
+                Some(r) => &mut state.roles[r].placement,
+                None => &mut state.placement,
+            };
+            if wp.unplaced > 0 && placement.as_ref().is_none_or(|old| old.unplaced == 0) {
                 warn!(workload = %wp.workload, unplaced = wp.unplaced, excluded = ?wp.excluded, "replicas no pool can host");
             }
-            slot.state.placement = Some(wp.clone());
+            *placement = Some(wp.clone());
         }
         Some(Arc::new(plan))
     }
@@ -331,10 +355,20 @@ impl Engine {
         let finished = self.refitter.finished();
         for done in finished {
             // A workload removed or changed since the job was queued has a new slot: drop the result.
-            let Some(slot) = self.slots.iter_mut().find(|s| s.refit_pending == Some(done.id)) else {
+            let Some(slot) = self.slots.iter_mut().find(|s| s.refit_pending.contains(&done.id)) else {
                 continue;
             };
-            slot.refit_pending = None;
+            slot.refit_pending.retain(|id| *id != done.id);
+            if !slot.workload.roles.is_empty() && ROLE_SIGNALS.contains(&done.signal) {
+                // A demand part that failed to fit leaves that part to its live reading.
+                match &done.outcome {
+                    Ok(f) => slot.state.demand_forecasts.insert(done.signal, f.clone()),
+                    Err(_) => slot.state.demand_forecasts.remove(&done.signal),
+                };
+            }
+            if done.signal != slot.workload.target.signal {
+                continue;
+            }
             let interval = self.forecast.refit_interval;
             match done.outcome {
                 Ok(f) => {
@@ -360,15 +394,24 @@ impl Engine {
             for slot in &mut self.slots {
                 slot.state.forecast = None;
                 slot.state.forecast_error = None;
+                slot.state.demand_forecasts.clear();
             }
             return;
         }
         for slot in
-            self.slots.iter_mut().filter(|s| s.refit_pending.is_none() && s.refit_due.is_none_or(|due| now >= due))
+            self.slots.iter_mut().filter(|s| s.refit_pending.is_empty() && s.refit_due.is_none_or(|due| now >= due))
         {
-            self.next_job += 1;
-            self.refitter.submit(self.next_job, &slot.workload, now, &self.forecast);
-            slot.refit_pending = Some(self.next_job);
+            let w = &slot.workload;
+            // The target first, then the demand parts roles are sized on.
+            let mut signals = vec![w.target.signal];
+            if !w.roles.is_empty() {
+                signals.extend(ROLE_SIGNALS.iter().filter(|s| w.signals.contains(s) && **s != w.target.signal));
+            }
+            for signal in signals {
+                self.next_job += 1;
+                self.refitter.submit(self.next_job, w, signal, now, &self.forecast);
+                slot.refit_pending.push(self.next_job);
+            }
         }
     }
 
@@ -421,163 +464,35 @@ impl Engine {
     }
 }
 
-fn unix(t: SystemTime) -> f64 {
-    t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// The reactive rule on the live target reading.
-fn reactive_decision(w: &Workload, live: f64) -> Result<Decision, NoDecision> {
-    reactive::decide(reactive::Input {
-        signal: live,
-        per_replica: w.target.per_replica,
-        min_replicas: w.min_replicas,
-        max_replicas: w.max_replicas,
-        activation_threshold: w.activation_threshold,
-    })
-    .ok_or(NoDecision::UnusableReading { signal: w.target.signal, value: live })
-}
-
-/// One workload's decision from its fresh target reading `live`: predictive
-/// when configured and a forecast covers now, else reactive, saying why.
-fn decide(
-    w: &Workload,
-    state: &WorkloadState,
-    live: f64,
-    sizing: &SizingSettings,
-    stab: &mut Stabiliser,
-    headroom: f64,
-    now: SystemTime,
-) -> Result<Decision, NoDecision> {
-    let reactive = || reactive_decision(w, live);
-    if sizing.policy == Policy::Reactive {
-        return reactive();
-    }
-    let window = sizing.scale_down_stabilization.as_secs_f64();
-    let now_secs = unix(now);
-    let why_not = match state.forecast.as_deref() {
-        None => state.forecast_error.clone().map_or(Unusable::NotYet, Unusable::Refit),
-        Some(f) => match forecast_from_now(f, sizing.quantile, now_secs) {
-            Err(why) => why,
-            Ok(values) => {
-                let reading = |s: Signal| state.signals.get(&s).map(|r| r.value);
-                let mut input = predictive_input(w, sizing, f, values);
-                input.live = live;
-                input.headroom = headroom;
-                input.queue = reading(Signal::QueueDepth);
-                input.generation_tokens_per_sec = reading(Signal::GenerationTokensRate);
-                match predictive::decide(&input, stab, now_secs, window, &w.profile.name) {
-                    Some(o) => return Ok(o.into()),
-                    None => Unusable::NotFinite,
-                }
-            }
-        },
-    };
-    // Without a forecast: the reactive answer, still held by the stabiliser so
-    // a forecast outage does not drop capacity in one step.
-    let mut d = reactive()?;
-    let held = stab.apply(now_secs, window, d.desired_replicas);
-    if held > d.desired_replicas {
-        d.reason.push_str(&format!("; holding {held} (scale-down stabilisation {window:.0} s)"));
-        d.desired_replicas = held;
-    }
-    d.reason = format!("{} (no forecast: {why_not})", d.reason);
-    Ok(d)
-}
-
-/// With the target signal stale for `age_secs`: the last good forecast alone,
-/// never below the last decision (blind data never scales a fleet down),
-/// for at most `sizing.forecast_only` past the staleness limit. After that,
-/// or without a forecast or a last decision, no answer: the scaler says
-/// UNAVAILABLE and KEDA's `fallback` replicas apply.
-fn blind_decision(
-    w: &Workload,
-    state: &WorkloadState,
-    age_secs: f64,
-    sizing: &SizingSettings,
-    stab: &mut Stabiliser,
-    now: SystemTime,
-) -> Result<Decision, NoBridge> {
-    let bound = sizing.forecast_only.as_secs_f64();
-    let blind_for = age_secs - w.stale_after.as_secs_f64();
-    if sizing.policy != Policy::Predictive || bound <= 0.0 {
-        return Err(NoBridge::Off);
-    }
-    if blind_for > bound {
-        return Err(NoBridge::Expired { bound_secs: bound });
-    }
-    let last = state.decision.as_ref().ok_or(NoBridge::NoEarlierDecision)?;
-    let f = state.forecast.as_deref().ok_or(NoBridge::NoForecast)?;
-    let values = forecast_from_now(f, sizing.quantile, unix(now))?;
-    // No live reading, queue or token rate: the forecast alone.
-    let input = predictive_input(w, sizing, f, values);
-    let window = sizing.scale_down_stabilization.as_secs_f64();
-    let o = predictive::decide(&input, stab, unix(now), window, &w.profile.name).ok_or(NoBridge::NotFinite)?;
-    let mut d: Decision = o.into();
-    if last.desired_replicas > d.desired_replicas {
-        d.desired_replicas = last.desired_replicas;
-        d.active |= last.active;
-    }
-    d.reason = format!(
-        "forecast only: the target signal is {age_secs:.0} s old, so no live reading; {}; never below the last decision {} ({:.0} s of {bound:.0} s left before KEDA's fallback)",
-        d.reason,
-        last.desired_replicas,
-        (bound - blind_for).max(0.0)
-    );
-    Ok(d)
-}
-
-/// Sizing input from the workload, its profile and forecast values; no live readings yet.
-fn predictive_input<'a>(
-    w: &Workload,
-    sizing: &SizingSettings,
-    f: &ForecastView,
-    values: &'a [f64],
-) -> predictive::Input<'a> {
-    predictive::Input {
-        signal: w.target.signal,
-        live: 0.0,
-        queue: None,
-        generation_tokens_per_sec: None,
-        per_replica: w.target.per_replica,
-        slots_per_replica: w.profile.concurrency_per_replica,
-        wait_budget_secs: w.profile.wait_budget_secs(),
-        queueing: predictive::Queueing::default(),
-        headroom: 1.0,
-        tokens_per_sec_per_replica: w.profile.generation_tokens_per_sec,
-        forecast: Upper { quantile: sizing.quantile, values, step_secs: f.step_secs as f64 },
-        lookahead_secs: w.profile.cold_start_secs.total_secs(),
-        min_replicas: w.min_replicas,
-        max_replicas: w.max_replicas,
-        activation_threshold: w.activation_threshold,
-    }
-}
-
-/// The forecast's `quantile` values from the step that contains `now` on.
-fn forecast_from_now(f: &ForecastView, quantile: f64, now_secs: f64) -> Result<&[f64], Unusable> {
-    let q = f.quantiles.iter().find(|q| (q.quantile - quantile).abs() < 1e-9).ok_or(Unusable::NoQuantile(quantile))?;
-    let step = f.step_secs.max(1) as f64;
-    let k0 = ((now_secs - f.start_unix as f64) / step).floor().max(0.0) as usize;
-    if k0 >= q.values.len() {
-        return Err(Unusable::RunOut { fitted_at: f.fitted_at.clone() });
-    }
-    Ok(&q.values[k0..])
-}
-
-/// A decision's replicas at each `step` seconds from now: the highest of
-/// the sizing timeline within each step, and never below the decided count
-/// at the first.
+/// A decision's replicas at each `step` seconds from now.
 fn timeline(d: &Decision, step: i64) -> Vec<u32> {
-    let Some(s) = d.sizing.as_ref().filter(|s| !s.timeline.is_empty()) else { return vec![d.desired_replicas] };
-    let per = (step as f64 / s.step_secs.max(1e-9)).max(1.0);
-    let len = s.timeline.len();
+    match d.sizing.as_ref() {
+        Some(s) => resample(&s.timeline, s.step_secs, d.desired_replicas, step),
+        None => vec![d.desired_replicas],
+    }
+}
+
+/// A role decision's replicas at each `step` seconds from now.
+fn role_timeline(d: &crate::sizing::roles::RoleDecision, step: i64) -> Vec<u32> {
+    resample(&d.timeline, d.step_secs, d.desired_replicas, step)
+}
+
+/// `timeline` (one value per `every` seconds) at `step` seconds: the highest
+/// within each step, and never below `desired` at the first.
+fn resample(timeline: &[u32], every: f64, desired: u32, step: i64) -> Vec<u32> {
+    if timeline.is_empty() {
+        return vec![desired];
+    }
+    let per = (step as f64 / every.max(1e-9)).max(1.0);
+    let len = timeline.len();
     let n = ((len as f64 / per).ceil() as usize).max(1);
     let mut out: Vec<u32> = (0..n)
         .map(|j| {
             let lo = ((j as f64 * per) as usize).min(len - 1);
             let hi = (((j + 1) as f64 * per) as usize).clamp(lo + 1, len);
-            s.timeline[lo..hi].iter().copied().max().unwrap_or(0)
+            timeline[lo..hi].iter().copied().max().unwrap_or(0)
         })
         .collect();
-    out[0] = out[0].max(d.desired_replicas);
+    out[0] = out[0].max(desired);
     out
 }

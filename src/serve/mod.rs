@@ -4,9 +4,12 @@
 //! are refitted off the tick ([`refit`]), and the published answers sit in a
 //! lock-free registry the scaler and the HTTP API read ([`state`]). Why a
 //! tick has no decision, or no usable forecast, is typed in [`outcome`].
+//! Workloads with prefill/decode roles get a decision per role ([`roles`]).
 
 pub mod collector;
+mod decide;
 pub mod engine;
 pub mod outcome;
 pub(crate) mod refit;
+pub mod roles;
 pub mod state;

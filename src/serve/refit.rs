@@ -77,10 +77,11 @@ struct Job {
     settings: Arc<ForecastSettings>,
 }
 
-/// A finished refit: the id it was submitted with, for the workload `key`.
+/// A finished refit: the id it was submitted with, for the workload `key`'s `signal`.
 pub(crate) struct Done {
     pub(crate) id: u64,
     pub(crate) key: String,
+    pub(crate) signal: Signal,
     pub(crate) outcome: Outcome,
 }
 
@@ -98,18 +99,18 @@ impl Refitter {
         let spawned = thread::Builder::new().name("foresight-refit".into()).spawn(move || {
             let mut selections = Selections::new();
             for job in job_rx {
-                let (id, key) = (job.id, job.key.clone());
+                let (id, key, signal) = (job.id, job.key.clone(), job.signal);
                 // A bug in one fit must not stop every later forecast: it becomes that workload's error.
                 let outcome = panic::catch_unwind(AssertUnwindSafe(|| refit(&store, &job, &mut selections)))
                     .unwrap_or_else(|_| {
-                        selections.remove(&key);
+                        selections.remove(&series(&key, signal));
                         Err(RefitError::Panicked)
                     });
                 match &outcome {
                     Ok(f) => debug!(workload = %key, model = %f.model, regime = f.regime.as_str(), fit_ms = f.fit_ms, "forecast refitted"),
                     Err(e) => debug!(workload = %key, error = %e, "no forecast"),
                 }
-                if done_tx.send(Done { id, key, outcome }).is_err() {
+                if done_tx.send(Done { id, key, signal, outcome }).is_err() {
                     return;
                 }
             }
@@ -121,14 +122,26 @@ impl Refitter {
         Refitter { jobs, done }
     }
 
-    /// Queue a refit of `w` as of `now`; its [`Done`] carries `id`.
-    pub(crate) fn submit(&self, id: u64, w: &Workload, now: SystemTime, settings: &Arc<ForecastSettings>) {
+    /// Queue a refit of `w`'s `signal` as of `now`; its [`Done`] carries `id`.
+    pub(crate) fn submit(
+        &self,
+        id: u64,
+        w: &Workload,
+        signal: Signal,
+        now: SystemTime,
+        settings: &Arc<ForecastSettings>,
+    ) {
+        let cold_start = w
+            .roles
+            .iter()
+            .map(|r| r.profile.cold_start_secs.total_secs())
+            .fold(w.profile.cold_start_secs.total_secs(), f64::max);
         let job = Job {
             id,
             key: w.key(),
-            signal: w.target.signal,
+            signal,
             // Until the next refit, [now, now + cold start] must stay covered.
-            lead_secs: w.profile.cold_start_secs.total_secs() + settings.refit_interval.as_secs_f64(),
+            lead_secs: cold_start + settings.refit_interval.as_secs_f64(),
             now,
             settings: settings.clone(),
         };
@@ -142,7 +155,7 @@ impl Refitter {
     }
 }
 
-/// Each workload's last model selection: what it was made for (signal,
+/// Each forecast series' last model selection: what it was made for (signal,
 /// horizon, settings), the selection, and when it was made.
 type Selections = HashMap<String, (SelectionKey, Selection, SystemTime)>;
 
@@ -179,7 +192,8 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
         ..ForecasterConfig::default()
     })?;
     let key = SelectionKey { signal: job.signal, horizon, settings: job.settings.as_ref().clone() };
-    let choice = match selections.get(&job.key) {
+    let at = series(&job.key, job.signal);
+    let choice = match selections.get(&at) {
         Some((made_for, sel, at))
             if *made_for == key
                 && job.now.duration_since(*at).is_ok_and(|age| age < job.settings.reselect_interval) =>
@@ -191,18 +205,18 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
     let f = match forecaster.forecast(&s, horizon, &choice) {
         Ok(f) => f,
         Err(e) => {
-            selections.remove(&job.key);
+            selections.remove(&at);
             return Err(e.into());
         }
     };
-    let selected_at = match selections.get(&job.key) {
+    let selected_at = match selections.get(&at) {
         Some((_, _, at)) if f.reused_selection => *at,
         _ => job.now,
     };
     if f.selection.regime.is_some() {
-        selections.insert(job.key.clone(), (key, f.selection.clone(), selected_at));
+        selections.insert(at, (key, f.selection.clone(), selected_at));
     } else {
-        selections.remove(&job.key);
+        selections.remove(&at);
     }
     let time = |t: i64| rfc3339(UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64));
     Ok(Arc::new(ForecastView {

@@ -21,6 +21,7 @@ use crate::{
     serve::{
         outcome::{ser_display, NoDecision, RefitError},
         refit::ForecastView,
+        roles::RoleState,
     },
     sizing::reactive::Decision,
     sources::{health::SourceStatus, Signal},
@@ -71,6 +72,12 @@ pub struct WorkloadState {
     pub forecast_error: Option<RefitError>,
     /// Where the node plan puts this workload's replicas (with `pools` configured).
     pub(crate) placement: Option<WorkloadPlan>,
+    /// Workloads with roles: forecasts of the demand parts (request rate,
+    /// prompt and output length, prefix-cache share) the roles are sized on.
+    #[schema(value_type = BTreeMap<String, ForecastView>)]
+    pub(crate) demand_forecasts: BTreeMap<Signal, Arc<ForecastView>>,
+    /// Prefill/decode roles, each with its own metric and decision.
+    pub roles: Vec<RoleState>,
 }
 
 /// One node pool's answer: the placeholder count behind its KEDA metric.
@@ -142,13 +149,15 @@ impl WorkloadState {
             forecast: None,
             forecast_error: None,
             placement: None,
+            demand_forecasts: BTreeMap::new(),
+            roles: w.roles.iter().map(|r| RoleState::new(w, r)).collect(),
         }
     }
 }
 
 /// `foresight-<workload>-<suffix>`, lowercase, with anything outside
 /// `[a-z0-9-]` turned into `-` (KEDA and the HPA want DNS-like metric names).
-fn metric_name(workload: &str, suffix: &str) -> String {
+pub(crate) fn metric_name(workload: &str, suffix: &str) -> String {
     format!("foresight-{workload}-{suffix}")
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })

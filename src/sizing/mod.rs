@@ -6,6 +6,8 @@
 //!   target); the answer until a forecast exists, and the fallback after.
 //! - [`predictive`]: size for an upper forecast quantile over the cold-start
 //!   look-ahead, never below the live load, scale-down stabilised.
+//! - [`roles`]: prefill and decode roles sized on token demand in its
+//!   parts (rate, prompt and output length, prefix-cache share).
 //! - [`headroom`]: a load multiplier learned from the measured queue wait
 //!   against the SLO's target.
 
@@ -13,6 +15,7 @@ pub(crate) mod headroom;
 pub mod predictive;
 pub mod profile;
 pub(crate) mod reactive;
+pub mod roles;
 
 use serde::Serialize;
 

@@ -30,6 +30,16 @@ pub struct Profile {
     /// when given, sizing keeps enough replicas for the live token rate too.
     #[serde(default)]
     pub(crate) generation_tokens_per_sec: Option<f64>,
+    /// Prompt tokens per second one replica prefills (tokens not served from
+    /// the prefix cache) while its TTFT stays within the SLO; a `prefill`
+    /// role is sized on it.
+    #[serde(default)]
+    pub(crate) prefill_tokens_per_sec: Option<f64>,
+    /// Tokens of KV cache one replica holds (vLLM logs it at start-up as
+    /// "GPU KV cache size: N tokens"); a `decode` role keeps the sequences'
+    /// prompts and outputs within it.
+    #[serde(default)]
+    pub(crate) kv_cache_tokens: Option<f64>,
 }
 
 /// Latency targets (p95, the figures in the profile hold within them).
@@ -133,8 +143,14 @@ impl Profile {
                 }
             }
         }
-        if let Some(t) = self.generation_tokens_per_sec.filter(|t| !(t.is_finite() && *t > 0.0)) {
-            out.push(("generation_tokens_per_sec", format!("must be a finite number > 0, got {t}")));
+        for (field, v) in [
+            ("generation_tokens_per_sec", self.generation_tokens_per_sec),
+            ("prefill_tokens_per_sec", self.prefill_tokens_per_sec),
+            ("kv_cache_tokens", self.kv_cache_tokens),
+        ] {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                out.push((field, format!("must be a finite number > 0, got {v}")));
+            }
         }
         let c = &self.cold_start_secs;
         for (field, v) in [

@@ -1,0 +1,164 @@
+//! One workload's decision for a tick, from its readings and forecast:
+//! predictive when a forecast covers now, reactive otherwise, and the
+//! forecast alone (bounded, never below the last answer) while the target
+//! signal is stale. The engine calls these; they read no clock and no store.
+
+use std::time::SystemTime;
+
+use super::{
+    outcome::{NoBridge, NoDecision, Unusable},
+    refit::ForecastView,
+    state::WorkloadState,
+};
+use crate::{
+    config::SizingSettings,
+    sizing::{
+        predictive::{self, Stabiliser, Upper},
+        reactive::{self, Decision},
+        Policy,
+    },
+    sources::Signal,
+    workload::Workload,
+};
+
+pub(super) fn unix(t: SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The reactive rule on the live target reading.
+pub(super) fn reactive_decision(w: &Workload, live: f64) -> Result<Decision, NoDecision> {
+    reactive::decide(reactive::Input {
+        signal: live,
+        per_replica: w.target.per_replica,
+        min_replicas: w.min_replicas,
+        max_replicas: w.max_replicas,
+        activation_threshold: w.activation_threshold,
+    })
+    .ok_or(NoDecision::UnusableReading { signal: w.target.signal, value: live })
+}
+
+/// One workload's decision from its fresh target reading `live`: predictive
+/// when configured and a forecast covers now, else reactive, saying why.
+pub(super) fn decide(
+    w: &Workload,
+    state: &WorkloadState,
+    live: f64,
+    sizing: &SizingSettings,
+    stab: &mut Stabiliser,
+    headroom: f64,
+    now: SystemTime,
+) -> Result<Decision, NoDecision> {
+    let reactive = || reactive_decision(w, live);
+    if sizing.policy == Policy::Reactive {
+        return reactive();
+    }
+    let window = sizing.scale_down_stabilization.as_secs_f64();
+    let now_secs = unix(now);
+    let why_not = match state.forecast.as_deref() {
+        None => state.forecast_error.clone().map_or(Unusable::NotYet, Unusable::Refit),
+        Some(f) => match forecast_from_now(f, sizing.quantile, now_secs) {
+            Err(why) => why,
+            Ok(values) => {
+                let reading = |s: Signal| state.signals.get(&s).map(|r| r.value);
+                let mut input = predictive_input(w, sizing, f, values);
+                input.live = live;
+                input.headroom = headroom;
+                input.queue = reading(Signal::QueueDepth);
+                input.generation_tokens_per_sec = reading(Signal::GenerationTokensRate);
+                match predictive::decide(&input, stab, now_secs, window, &w.profile.name) {
+                    Some(o) => return Ok(o.into()),
+                    None => Unusable::NotFinite,
+                }
+            }
+        },
+    };
+    // Without a forecast: the reactive answer, still held by the stabiliser so
+    // a forecast outage does not drop capacity in one step.
+    let mut d = reactive()?;
+    let held = stab.apply(now_secs, window, d.desired_replicas);
+    if held > d.desired_replicas {
+        d.reason.push_str(&format!("; holding {held} (scale-down stabilisation {window:.0} s)"));
+        d.desired_replicas = held;
+    }
+    d.reason = format!("{} (no forecast: {why_not})", d.reason);
+    Ok(d)
+}
+
+/// With the target signal stale for `age_secs`: the last good forecast alone,
+/// never below the last decision (blind data never scales a fleet down),
+/// for at most `sizing.forecast_only` past the staleness limit. After that,
+/// or without a forecast or a last decision, no answer: the scaler says
+/// UNAVAILABLE and KEDA's `fallback` replicas apply.
+pub(super) fn blind_decision(
+    w: &Workload,
+    state: &WorkloadState,
+    age_secs: f64,
+    sizing: &SizingSettings,
+    stab: &mut Stabiliser,
+    now: SystemTime,
+) -> Result<Decision, NoBridge> {
+    let bound = sizing.forecast_only.as_secs_f64();
+    let blind_for = age_secs - w.stale_after.as_secs_f64();
+    if sizing.policy != Policy::Predictive || bound <= 0.0 {
+        return Err(NoBridge::Off);
+    }
+    if blind_for > bound {
+        return Err(NoBridge::Expired { bound_secs: bound });
+    }
+    let last = state.decision.as_ref().ok_or(NoBridge::NoEarlierDecision)?;
+    let f = state.forecast.as_deref().ok_or(NoBridge::NoForecast)?;
+    let values = forecast_from_now(f, sizing.quantile, unix(now))?;
+    // No live reading, queue or token rate: the forecast alone.
+    let input = predictive_input(w, sizing, f, values);
+    let window = sizing.scale_down_stabilization.as_secs_f64();
+    let o = predictive::decide(&input, stab, unix(now), window, &w.profile.name).ok_or(NoBridge::NotFinite)?;
+    let mut d: Decision = o.into();
+    if last.desired_replicas > d.desired_replicas {
+        d.desired_replicas = last.desired_replicas;
+        d.active |= last.active;
+    }
+    d.reason = format!(
+        "forecast only: the target signal is {age_secs:.0} s old, so no live reading; {}; never below the last decision {} ({:.0} s of {bound:.0} s left before KEDA's fallback)",
+        d.reason,
+        last.desired_replicas,
+        (bound - blind_for).max(0.0)
+    );
+    Ok(d)
+}
+
+/// Sizing input from the workload, its profile and forecast values; no live readings yet.
+fn predictive_input<'a>(
+    w: &Workload,
+    sizing: &SizingSettings,
+    f: &ForecastView,
+    values: &'a [f64],
+) -> predictive::Input<'a> {
+    predictive::Input {
+        signal: w.target.signal,
+        live: 0.0,
+        queue: None,
+        generation_tokens_per_sec: None,
+        per_replica: w.target.per_replica,
+        slots_per_replica: w.profile.concurrency_per_replica,
+        wait_budget_secs: w.profile.wait_budget_secs(),
+        queueing: predictive::Queueing::default(),
+        headroom: 1.0,
+        tokens_per_sec_per_replica: w.profile.generation_tokens_per_sec,
+        forecast: Upper { quantile: sizing.quantile, values, step_secs: f.step_secs as f64 },
+        lookahead_secs: w.profile.cold_start_secs.total_secs(),
+        min_replicas: w.min_replicas,
+        max_replicas: w.max_replicas,
+        activation_threshold: w.activation_threshold,
+    }
+}
+
+/// The forecast's `quantile` values from the step that contains `now` on.
+fn forecast_from_now(f: &ForecastView, quantile: f64, now_secs: f64) -> Result<&[f64], Unusable> {
+    let q = f.quantiles.iter().find(|q| (q.quantile - quantile).abs() < 1e-9).ok_or(Unusable::NoQuantile(quantile))?;
+    let step = f.step_secs.max(1) as f64;
+    let k0 = ((now_secs - f.start_unix as f64) / step).floor().max(0.0) as usize;
+    if k0 >= q.values.len() {
+        return Err(Unusable::RunOut { fitted_at: f.fitted_at.clone() });
+    }
+    Ok(&q.values[k0..])
+}
