@@ -312,3 +312,30 @@ fn a_prefill_role_needs_a_profile_that_states_its_prefill_rate() {
         "{err}"
     );
 }
+
+#[test]
+fn compare_roles_sizes_a_servegen_token_mix_three_ways() {
+    // tests/fixtures/servegen: window 0 has 12 req/s (10 of 1,200-token prompts and 2 of 12,000)
+    // -> prefill 1.5, decode 1.375 (44 sequences of 32): time-share 3, P/D 2 + 2, in-flight 2;
+    // window 1 has 5 req/s of 1,200 -> 1, 1 + 1, 1. One GPU, a sixth of an hour each.
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/servegen/m-x");
+    let (code, out, err) = run(&["compare-roles", "--servegen", dir, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let fleet = &rows[0];
+    assert_eq!(fleet["deployment"], "m-x fleet (2 clients)");
+    let h = |k: &str| fleet[k].as_f64().unwrap() * 6.0;
+    assert!((h("in_flight_gpu_hours") - 3.0).abs() < 1e-9, "{fleet}");
+    assert!((h("time_share_gpu_hours") - 4.0).abs() < 1e-9, "{fleet}");
+    assert!((h("prefill_gpu_hours") - 3.0).abs() < 1e-9 && (h("decode_gpu_hours") - 3.0).abs() < 1e-9, "{fleet}");
+    assert_eq!(fleet["in_flight_short_windows"], 1);
+    // Then each client alone, busiest first.
+    assert_eq!(rows[1]["deployment"], "m-x client 1");
+    assert_eq!(rows.as_array().unwrap().len(), 3);
+    let (code, table, _) = run(&["compare-roles", "--servegen", dir]);
+    assert_eq!(code, 0);
+    assert!(table.contains("time-share") && table.contains("m-x client 2"), "{table}");
+    let (code, _, err) = run(&["compare-roles", "--servegen", "/nonexistent"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent"), "{err}");
+}

@@ -8,6 +8,7 @@
 mod check_config;
 pub(crate) mod explain;
 pub mod forecast;
+mod roles;
 pub(crate) mod serve;
 pub(crate) mod simulate;
 pub mod tools;
@@ -125,6 +126,8 @@ enum Command {
     VllmSim(SimCommand),
     /// Replay a demand trace against scaling policies; report GPU-hours and SLO attainment.
     Simulate(Box<SimulateArgs>),
+    /// Size ServeGen's real token mixes as one monolithic fleet and as prefill/decode roles; report GPU-hours.
+    CompareRoles(roles::CompareRolesArgs),
 }
 
 /// A time series in a CSV file with a header row.
@@ -221,6 +224,7 @@ pub fn run(cli: Cli) -> ExitCode {
             report(run_forecast(&args, &mut std::io::stdout().lock()))
         }
         Command::Simulate(a) => report(run_simulate(&a, &mut std::io::stdout().lock())),
+        Command::CompareRoles(a) => report(roles::run_compare_roles(&a, &mut std::io::stdout().lock())),
         Command::VllmSim(SimCommand::Export { fleet, origin, from, to, step, pod_labels }) => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             report(sim_export(&fleet, origin, from, to, step, &pod_labels, &mut out))

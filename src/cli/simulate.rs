@@ -326,15 +326,13 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
 /// ServeGen's day 0 has no known date: start it on a Monday (2026-01-05 00:00 UTC).
 const SERVEGEN_START: i64 = 1_767_571_200;
 
-/// Read a ServeGen model folder (every `chunk-*-trace.csv`, or the listed
-/// clients) or one client file, and its token mix when
-/// `token_means_6h.csv` sits beside the folder.
-fn load_servegen(
+/// A ServeGen model folder's client traces (every `chunk-*-trace.csv`, or
+/// the listed clients) or one client file: (the folder, the model's name,
+/// the traces).
+pub(super) fn load_clients(
     path: &std::path::Path,
     only: &[String],
-    peak_rps: f64,
-    seed: u64,
-) -> anyhow::Result<(Demand, String)> {
+) -> anyhow::Result<(PathBuf, String, Vec<replay::servegen::ClientTrace>)> {
     let client_of = |p: &std::path::Path| {
         let n = p.file_name()?.to_str()?;
         Some(n.strip_prefix("chunk-")?.strip_suffix("-trace.csv")?.to_string())
@@ -359,7 +357,7 @@ fn load_servegen(
     if files.is_empty() {
         bail!("no chunk-<client>-trace.csv files in {}", path.display());
     }
-    let mut clients = files
+    let clients = files
         .iter()
         .map(|(c, p)| {
             let body = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -367,6 +365,18 @@ fn load_servegen(
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let model = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    Ok((dir, model, clients))
+}
+
+/// Read ServeGen clients as with [`load_clients`], and their token mix when
+/// `token_means_6h.csv` sits beside the folder.
+fn load_servegen(
+    path: &std::path::Path,
+    only: &[String],
+    peak_rps: f64,
+    seed: u64,
+) -> anyhow::Result<(Demand, String)> {
+    let (dir, model, mut clients) = load_clients(path, only)?;
     let means = dir.parent().map(|p| p.join("token_means_6h.csv"));
     let mix = match means.as_ref().filter(|p| p.exists()) {
         Some(p) => {

@@ -29,6 +29,9 @@
 //!   schedules set replicas directly.
 //!
 //! Conservation holds at every step: arrived = admitted + dropped + queued.
+//!
+//! Beside the replay, [`roles`] sizes a real token mix window by window as
+//! one monolithic fleet and as prefill/decode roles (`foresight compare-roles`).
 
 pub(crate) mod demand;
 mod fleet;
@@ -37,6 +40,7 @@ mod hpa;
 mod ledger;
 mod oracle;
 pub mod policy;
+pub(crate) mod roles;
 pub(crate) mod servegen;
 
 use fleet::Fleet;

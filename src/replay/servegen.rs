@@ -19,6 +19,8 @@
 //! Parsing takes text and generation takes data: the files are read at the
 //! CLI edge.
 
+use std::collections::HashMap;
+
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Gamma, Weibull};
@@ -204,34 +206,78 @@ fn draw_gaps(g: Gaps, n: usize, rng: &mut ChaCha8Rng, out: &mut Vec<f64>) -> Res
     Ok(())
 }
 
+/// Mean prompt and output tokens per client and six-hour window.
+#[derive(Debug, Default)]
+pub(crate) struct TokenMeans {
+    /// Per client: (window start, prompt mean, output mean), by start.
+    by_client: HashMap<String, Vec<(u64, f64, f64)>>,
+}
+
+const MEANS_WINDOW_SECS: u64 = 6 * 3600;
+
+impl TokenMeans {
+    /// Parse `token_means_6h.csv` rows of `model`.
+    pub(crate) fn parse(body: &str, model: &str) -> Result<TokenMeans, SimError> {
+        let mut lines = body.lines();
+        let header: Vec<&str> = lines.next().unwrap_or_default().split(',').map(str::trim).collect();
+        let col = |name: &str| {
+            header
+                .iter()
+                .position(|h| *h == name)
+                .ok_or_else(|| SimError::Input(format!("token means: no column {name:?}")))
+        };
+        let (cm, cc, ct, ci, co) =
+            (col("model")?, col("client")?, col("t_start_s")?, col("in_mean")?, col("out_mean")?);
+        let mut out = TokenMeans::default();
+        for line in lines {
+            let f: Vec<&str> = line.split(',').map(str::trim).collect();
+            if f.get(cm) != Some(&model) {
+                continue;
+            }
+            let num = |i: usize| f.get(i).and_then(|s| s.parse::<f64>().ok()).filter(|v| v.is_finite() && *v >= 0.0);
+            let (Some(client), Some(t), Some(p), Some(o)) = (f.get(cc), num(ct), num(ci), num(co)) else { continue };
+            out.by_client.entry((*client).to_string()).or_default().push((t as u64, p, o));
+        }
+        for rows in out.by_client.values_mut() {
+            rows.sort_by_key(|r| r.0);
+        }
+        Ok(out)
+    }
+
+    /// A client's means at `t`: its six-hour window's, else its nearest
+    /// window's (a client's lengths drift slowly; its rate does not).
+    pub(crate) fn at(&self, client: &str, t: u64) -> Option<(f64, f64)> {
+        let rows = self.by_client.get(client)?;
+        if let Some(r) = rows.iter().find(|r| t >= r.0 && t < r.0 + MEANS_WINDOW_SECS) {
+            return Some((r.1, r.2));
+        }
+        rows.iter().min_by_key(|r| r.0.abs_diff(t)).map(|r| (r.1, r.2))
+    }
+
+    pub(crate) fn has(&self, client: &str) -> bool {
+        self.by_client.contains_key(client)
+    }
+
+    pub(crate) fn clients(&self) -> usize {
+        self.by_client.len()
+    }
+}
+
 /// The token mix of the fleet from `token_means_6h.csv`
 /// (`model,client,t_start_s,in_mean,...,out_mean,...`): the means over the
 /// model's clients and 6-hour windows, weighted by each client's requests
 /// in that window. `None` when no row matches.
 pub(crate) fn token_mix(body: &str, model: &str, clients: &[ClientTrace]) -> Result<Option<TokenMix>, SimError> {
-    let mut lines = body.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').map(str::trim).collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .ok_or_else(|| SimError::Input(format!("token means: no column {name:?}")))
-    };
-    let (cm, cc, ct, ci, co) = (col("model")?, col("client")?, col("t_start_s")?, col("in_mean")?, col("out_mean")?);
+    let means = TokenMeans::parse(body, model)?;
     let (mut w_sum, mut prompt, mut output) = (0.0, 0.0, 0.0);
-    for line in lines {
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.get(cm) != Some(&model) {
-            continue;
+    for c in clients {
+        for &(t, pi, po) in means.by_client.get(&c.client).map_or(&[][..], Vec::as_slice) {
+            let weight: f64 =
+                c.windows.iter().filter(|w| w.t >= t && w.t < t + MEANS_WINDOW_SECS).map(|w| w.rate).sum();
+            w_sum += weight;
+            prompt += weight * pi;
+            output += weight * po;
         }
-        let Some(c) = clients.iter().find(|c| f.get(cc) == Some(&c.client.as_str())) else { continue };
-        let num = |i: usize| f.get(i).and_then(|s| s.parse::<f64>().ok()).filter(|v| v.is_finite() && *v >= 0.0);
-        let (Some(t), Some(pi), Some(po)) = (num(ct), num(ci), num(co)) else { continue };
-        let t = t as u64;
-        let weight: f64 = c.windows.iter().filter(|w| w.t >= t && w.t < t + 6 * 3600).map(|w| w.rate).sum();
-        w_sum += weight;
-        prompt += weight * pi;
-        output += weight * po;
     }
     Ok((w_sum > 0.0 && output > 0.0).then(|| TokenMix { prompt_tokens: prompt / w_sum, output_tokens: output / w_sum }))
 }

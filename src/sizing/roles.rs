@@ -352,6 +352,16 @@ pub(crate) fn decide(
     })
 }
 
+/// One H100 replica of the shipped 8B profile, for tests.
+#[cfg(test)]
+pub(crate) const H100_8B: RoleCapacity = RoleCapacity {
+    prefill_tokens_per_sec: Some(24_000.0),
+    sequences: 32.0,
+    generation_tokens_per_sec: Some(1_600.0),
+    kv_cache_tokens: Some(390_000.0),
+    itl_secs: 0.02,
+};
+
 #[cfg(test)]
 #[path = "roles_tests.rs"]
 mod tests;

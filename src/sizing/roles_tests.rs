@@ -1,14 +1,7 @@
 use super::*;
 use crate::sizing::predictive::Stabiliser;
 
-/// One H100 replica of the 8B profile.
-const CAP: RoleCapacity = RoleCapacity {
-    prefill_tokens_per_sec: Some(24_000.0),
-    sequences: 32.0,
-    generation_tokens_per_sec: Some(1_600.0),
-    kv_cache_tokens: Some(390_000.0),
-    itl_secs: 0.02,
-};
+use super::H100_8B as CAP;
 
 fn demand(rate: f64, prompt: f64, output: f64, hit: f64) -> TokenDemand {
     TokenDemand { request_rate: rate, prompt_tokens: prompt, generation_tokens: output, cache_hit: hit }
