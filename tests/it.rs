@@ -21,6 +21,7 @@ mod grafana;
 mod ha;
 mod kube;
 mod layout;
+mod learned;
 mod prometheus;
 mod refit;
 mod replay;

@@ -120,6 +120,14 @@ fn gauges(snap: &Snapshot, now: f64) -> Vec<Gauges> {
         "foresight_decision_unavailable",
         "1 while a workload has no answer (no or stale signal past any forecast bridge): KEDA's fallback applies",
     );
+    let mut role_desired =
+        Gauges::new("foresight_role_desired_replicas", "Replicas each prefill/decode role's ScaledObject is told");
+    let mut role_unavailable =
+        Gauges::new("foresight_role_unavailable", "1 while a role has no answer: KEDA's fallback applies to it");
+    let mut capacity = Gauges::new(
+        "foresight_capacity_per_replica",
+        "Requests a replica runs at once: the profile's, the learned figure, and the blend sizing uses",
+    );
     for w in snap.workloads() {
         let base = || vec![("namespace", w.namespace.clone()), ("workload", w.name.clone())];
         let with = |extra: &[(&'static str, String)]| {
@@ -181,6 +189,18 @@ fn gauges(snap: &Snapshot, now: f64) -> Vec<Gauges> {
         if let Some(p) = w.pods {
             pods.push(base(), f64::from(p));
         }
+        for r in &w.roles {
+            let l = with(&[("role", r.role.as_str().into())]);
+            if let Some(d) = &r.decision {
+                role_desired.push(l.clone(), f64::from(d.desired_replicas));
+            }
+            role_unavailable.push(l, if r.decision.is_none() { 1.0 } else { 0.0 });
+        }
+        if let Some(c) = &w.capacity {
+            for (kind, v) in [("profile", c.prior), ("learned", c.learned), ("sizing", c.per_replica)] {
+                capacity.push(with(&[("kind", kind.into())]), v);
+            }
+        }
     }
     let mut warm = Gauges::new("foresight_warm_nodes", "Nodes the plan wants Ready or provisioning now");
     let mut in_use = Gauges::new("foresight_in_use_nodes", "Nodes the running replicas occupy");
@@ -214,6 +234,9 @@ fn gauges(snap: &Snapshot, now: f64) -> Vec<Gauges> {
         pods,
         info,
         unavailable,
+        role_desired,
+        role_unavailable,
+        capacity,
         warm,
         in_use,
         buffer,

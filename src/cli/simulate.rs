@@ -119,6 +119,15 @@ pub(crate) struct SimulateArgs {
     /// Simulation step in seconds (must divide a minute).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) step: f64,
+    /// The profile the policies are given is this factor off the fleet's true
+    /// capacity (0.7: it claims 30% less); the oracle and the fleet's physics
+    /// keep the true one.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) profile_error: f64,
+    /// The predictive policy learns per-replica capacity from the fleet, as
+    /// `serve` does (`sizing.learn_capacity`).
+    #[arg(long)]
+    pub(crate) learn_capacity: bool,
     /// Write summary.json and timeline.csv here.
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -228,11 +237,21 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
         reserved_price_per_node_hour: args.reserved_price,
     };
     let cap = Capacity::new(&profile, mix, &pool)?;
+    // What the policies are told: the profile, off by --profile-error (the oracle knows the truth).
+    if !(args.profile_error.is_finite() && (0.1..=10.0).contains(&args.profile_error)) {
+        bail!("--profile-error must be within 0.1..=10, got {}", args.profile_error);
+    }
+    let told = {
+        let mut p = profile.clone();
+        p.concurrency_per_replica *= args.profile_error;
+        p.generation_tokens_per_sec = p.generation_tokens_per_sec.map(|g| g * args.profile_error);
+        Capacity::new(&p, mix, &pool)?
+    };
     let cfg = SimConfig { seed: args.seed, step_secs: args.step, ..SimConfig::default() };
     if let Some(t) = args.reactive_targets.iter().find(|t| !(t.is_finite() && **t > 0.0)) {
         bail!("--reactive-target must be a number > 0, got {t}");
     }
-    let targets = if args.reactive_targets.is_empty() { vec![cap.slots] } else { args.reactive_targets.clone() };
+    let targets = if args.reactive_targets.is_empty() { vec![told.slots] } else { args.reactive_targets.clone() };
     let signals: Vec<ReactiveSignal> = match args.reactive_signal.as_str() {
         "concurrency" => targets.iter().map(|t| ReactiveSignal::Concurrency { target: *t }).collect(),
         "request_rate" => vec![ReactiveSignal::RequestRate],
@@ -248,9 +267,10 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
                         lookahead_secs: cap.cold_start_secs(),
                         quantile: *q,
                         bucket_secs: args.forecast_step.as_secs() as i64,
+                        learn_capacity: args.learn_capacity,
                         ..PredictiveConfig::default()
                     },
-                    &cap,
+                    &told,
                 )?;
                 // Foresight stabilises scale-down itself, so its ScaledObject sets the
                 // HPA's window to 0 (deploy/keda/scaledobject.yaml).
@@ -261,12 +281,12 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
         }
         if *name == PolicyName::Reactive {
             for signal in &signals {
-                policies.push((Box::new(Reactive { signal: *signal, cap: cap.clone() }), cfg.clone()));
+                policies.push((Box::new(Reactive { signal: *signal, cap: told.clone() }), cfg.clone()));
             }
             continue;
         }
         let p: (Box<dyn Policy + Send>, SimConfig) = match name {
-            PolicyName::Static => (Box::new(Static::at_peak(&window, &cap)), cfg.clone()),
+            PolicyName::Static => (Box::new(Static::at_peak(&window, &told)), cfg.clone()),
             PolicyName::Reactive => continue,
             // Foresight stabilises scale-down itself, so its ScaledObject sets the
             // HPA's window to 0 (deploy/keda/scaledobject.yaml).
@@ -461,6 +481,15 @@ fn print_table(out: &mut dyn Write, s: &Summary<'_>, runs: &[Run]) -> anyhow::Re
             r.idle_gpu_hours,
             r.dropped
         )?;
+    }
+    for r in runs.iter().map(|r| &r.report) {
+        if let Some(l) = &r.learned {
+            writeln!(
+                out,
+                "{}: learned {:.1} running per replica within the SLO, sizing on {:.1} (the profile said {:.1}; the replicas have {} slots), from {:.0} observations, {:.0} near it",
+                r.policy, l.learned, l.per_replica, l.prior, s.capacity.slots, l.observations, l.near
+            )?;
+        }
     }
     Ok(())
 }

@@ -112,6 +112,8 @@ pub(crate) struct SizingSettings {
     pub(crate) plan_step_secs: i64,
     /// How long a stale target signal may be bridged by the last good forecast.
     pub(crate) forecast_only: Duration,
+    /// Size on the per-replica capacity learned from the pods (profile as prior).
+    pub(crate) learn_capacity: bool,
 }
 
 /// How forecasts are refitted in the background (the refit worker's settings).

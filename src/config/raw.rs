@@ -278,6 +278,10 @@ pub(crate) struct RawSizing {
     /// KEDA's fallback applies; 0: no answer as soon as the signal is stale.
     #[serde(default = "default_forecast_only_secs")]
     pub(crate) forecast_only_secs: f64,
+    /// Learn each workload's per-replica capacity from its pods' load against
+    /// the SLO, with the profile (or `target.per_replica`) as the prior.
+    #[serde(default = "default_true")]
+    pub(crate) learn_capacity: bool,
 }
 
 fn default_forecast_only_secs() -> f64 {
@@ -291,6 +295,7 @@ impl Default for RawSizing {
             quantile: default_sizing_quantile(),
             scale_down_stabilization_secs: default_stabilization_secs(),
             plan_step_secs: default_plan_step_secs(),
+            learn_capacity: true,
             forecast_only_secs: default_forecast_only_secs(),
         }
     }

@@ -156,6 +156,7 @@ pub(super) fn validate_sizing(
         scale_down_stabilization: crate::time::secs_within(w, 0.0, 86_400.0),
         plan_step_secs: raw.plan_step_secs.clamp(1, 3600) as i64,
         forecast_only: crate::time::secs_within(raw.forecast_only_secs, 0.0, 86_400.0),
+        learn_capacity: raw.learn_capacity,
     }
 }
 

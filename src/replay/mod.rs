@@ -260,6 +260,9 @@ pub struct Report {
     pub queued: f64,
     pub(crate) mean_replicas: f64,
     pub(crate) max_replicas: u32,
+    /// What a policy that learns capacity had learned by the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) learned: Option<crate::sizing::learned::Learned>,
 }
 
 /// One minute of the run, for plots.
@@ -367,6 +370,7 @@ pub fn simulate(
                 unix: demand.start as f64 + t,
                 running: queue.busy,
                 waiting: queue.queued,
+                ready: f64::from(fleet.ready),
                 arrival_rate: seen.arrival_rate(),
                 history: &history,
                 history_start,
@@ -398,5 +402,7 @@ pub fn simulate(
             progress(minute);
         }
     }
-    Ok(ledger.finish(policy.name(), cfg, fleet.cold_starts, fleet.node_boots, queue.left()))
+    let mut run = ledger.finish(policy.name(), cfg, fleet.cold_starts, fleet.node_boots, queue.left());
+    run.report.learned = policy.learned();
+    Ok(run)
 }

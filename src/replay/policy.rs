@@ -16,6 +16,7 @@ use crate::{
     forecast::{auto::Choice, Forecast, Forecaster, ForecasterConfig, Series},
     sizing::{
         headroom::{Headroom, HeadroomConfig},
+        learned::{Estimator, Learned},
         predictive::{self, Stabiliser, Upper},
     },
     sources::Signal,
@@ -32,6 +33,8 @@ pub struct Observation<'a> {
     pub(crate) running: f64,
     /// Requests waiting for one (vllm:num_requests_waiting, summed).
     pub(crate) waiting: f64,
+    /// Replicas serving (pods answering /metrics).
+    pub(crate) ready: f64,
     /// Arrivals per second over the rate window (like `rate(...[1m])`).
     pub(crate) arrival_rate: f64,
     /// Index of dispersion of arrivals per poll over the last ten minutes
@@ -60,6 +63,10 @@ pub trait Policy {
     /// Goes through the HPA (KEDA-driven policies); `false` sets replicas directly.
     fn via_hpa(&self) -> bool {
         true
+    }
+    /// The per-replica capacity learned so far, for a policy that learns it.
+    fn learned(&self) -> Option<Learned> {
+        None
     }
 }
 
@@ -152,6 +159,9 @@ pub struct PredictiveConfig {
     pub lookahead_secs: f64,
     /// Size for the arrivals' measured burstiness (else as if Poisson).
     pub measure_dispersion: bool,
+    /// Learn the in-flight requests a replica holds at the SLO, as `serve`
+    /// does with `sizing.learn_capacity`, starting from the profile's.
+    pub learn_capacity: bool,
 }
 
 impl Default for PredictiveConfig {
@@ -165,6 +175,7 @@ impl Default for PredictiveConfig {
             scale_down_window_secs: 300.0,
             lookahead_secs: 450.0,
             measure_dispersion: true,
+            learn_capacity: false,
         }
     }
 }
@@ -178,6 +189,8 @@ pub struct Predictive {
     selected_at: f64,
     stab: Stabiliser,
     headroom: Headroom,
+    /// In-flight requests per replica at the SLO, learned (with `learn_capacity`).
+    capacity: Option<Estimator>,
     /// Decisions that fell back to the live load (no usable forecast), and refits that failed.
     pub(crate) fallbacks: u64,
     pub(crate) refits: u64,
@@ -197,6 +210,7 @@ impl Predictive {
                 cfg.bucket_secs
             )));
         }
+        let capacity = cfg.learn_capacity.then(|| Estimator::new(cap.slots));
         Ok(Predictive {
             cfg,
             cap: cap.clone(),
@@ -205,6 +219,7 @@ impl Predictive {
             selected_at: f64::NEG_INFINITY,
             stab: Stabiliser::default(),
             headroom: Headroom::new(HeadroomConfig { target: 1.0 - cap.wait_miss, ..HeadroomConfig::default() }),
+            capacity,
             fallbacks: 0,
             refits: 0,
         })
@@ -240,7 +255,11 @@ impl Predictive {
 
 impl Policy for Predictive {
     fn name(&self) -> String {
-        format!("predictive(p{})", (self.cfg.quantile * 100.0 * 10.0).round() / 10.0)
+        let learns = if self.capacity.is_some() { ", learned capacity" } else { "" };
+        format!("predictive(p{}{learns})", (self.cfg.quantile * 100.0 * 10.0).round() / 10.0)
+    }
+    fn learned(&self) -> Option<Learned> {
+        self.capacity.as_ref().map(Estimator::estimate)
     }
     fn decide(&mut self, o: &Observation<'_>) -> Decision {
         if self.fit.as_ref().is_none_or(|(at, _)| o.t - at >= self.cfg.refit_secs) {
@@ -252,7 +271,19 @@ impl Policy for Predictive {
             (k < q.len()).then(|| q[k..].to_vec())
         });
         let headroom = self.headroom.observe(o.t, o.wait_attainment);
-        let cap = &self.cap;
+        // As `serve` does: each minute's verdict against the requests each replica had in flight,
+        // and every per-replica figure scaled by what was learned.
+        let mut scaled = self.cap.clone();
+        if let Some(e) = self.capacity.as_mut() {
+            if o.ready >= 1.0 && o.wait_attainment.is_finite() {
+                e.observe(o.running / o.ready, o.wait_attainment >= 1.0 - self.cap.wait_miss);
+            }
+            let l = e.estimate();
+            let k = l.per_replica / l.prior;
+            scaled.slots *= k;
+            scaled.requests_per_sec *= k;
+        }
+        let cap = &scaled;
         let live = o.arrival_rate;
         let Some(values) = upper else {
             self.fallbacks += 1;

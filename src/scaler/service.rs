@@ -116,10 +116,15 @@ fn spec(s: &WorkloadState, q: &Query) -> Result<GetMetricSpecResponse, Status> {
 /// The `load` encoding must land the HPA on the decided count too. A
 /// predictive decision is not load / per-replica (it looks ahead, queues,
 /// stabilises), so it is sent as the load that count handles, a hair under
-/// so that ceil(value / target) cannot round up past it.
+/// so that ceil(value / target) cannot round up past it. A reactive one is
+/// the load itself, rescaled when the decision used a learned per-replica
+/// capacity rather than the configured target KEDA divides by.
 fn value(d: &Decision, encoding: Encoding, per_replica: f64) -> f64 {
     match (encoding, d.policy) {
         (Encoding::Replicas, _) => f64::from(d.desired_replicas),
+        (Encoding::Load, Policy::Reactive) if d.per_replica > 0.0 && d.per_replica != per_replica => {
+            d.load * per_replica / d.per_replica
+        }
         (Encoding::Load, Policy::Reactive) => d.load,
         (Encoding::Load, Policy::Predictive) => f64::from(d.desired_replicas) * per_replica * (1.0 - 1e-9),
     }

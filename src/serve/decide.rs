@@ -26,10 +26,22 @@ pub(super) fn unix(t: SystemTime) -> f64 {
 }
 
 /// The reactive rule on the live target reading.
-pub(super) fn reactive_decision(w: &Workload, live: f64) -> Result<Decision, NoDecision> {
+/// How much of the configured per-replica capacity a replica has shown it
+/// takes (1 without learning, or before evidence): in-flight requests are
+/// learned, and every per-replica figure scales with them.
+fn capacity_scale(state: &WorkloadState) -> f64 {
+    state.capacity.map_or(1.0, |l| l.per_replica / l.prior).clamp(1.0 / 16.0, 16.0)
+}
+
+/// Signal units one replica handles: the configured target, scaled by what was learned.
+pub(super) fn per_replica(w: &Workload, state: &WorkloadState) -> f64 {
+    w.target.per_replica * capacity_scale(state)
+}
+
+pub(super) fn reactive_decision(w: &Workload, state: &WorkloadState, live: f64) -> Result<Decision, NoDecision> {
     reactive::decide(reactive::Input {
         signal: live,
-        per_replica: w.target.per_replica,
+        per_replica: per_replica(w, state),
         min_replicas: w.min_replicas,
         max_replicas: w.max_replicas,
         activation_threshold: w.activation_threshold,
@@ -48,7 +60,7 @@ pub(super) fn decide(
     headroom: f64,
     now: SystemTime,
 ) -> Result<Decision, NoDecision> {
-    let reactive = || reactive_decision(w, live);
+    let reactive = || reactive_decision(w, state, live);
     if sizing.policy == Policy::Reactive {
         return reactive();
     }
@@ -60,7 +72,7 @@ pub(super) fn decide(
             Err(why) => why,
             Ok(values) => {
                 let reading = |s: Signal| state.signals.get(&s).map(|r| r.value);
-                let mut input = predictive_input(w, sizing, f, values);
+                let mut input = predictive_input(w, state, sizing, f, values);
                 input.live = live;
                 input.headroom = headroom;
                 input.queue = reading(Signal::QueueDepth);
@@ -109,7 +121,7 @@ pub(super) fn blind_decision(
     let f = state.forecast.as_deref().ok_or(NoBridge::NoForecast)?;
     let values = forecast_from_now(f, sizing.quantile, unix(now))?;
     // No live reading, queue or token rate: the forecast alone.
-    let input = predictive_input(w, sizing, f, values);
+    let input = predictive_input(w, state, sizing, f, values);
     let window = sizing.scale_down_stabilization.as_secs_f64();
     let o = predictive::decide(&input, stab, unix(now), window, &w.profile.name).ok_or(NoBridge::NotFinite)?;
     let mut d: Decision = o.into();
@@ -129,6 +141,7 @@ pub(super) fn blind_decision(
 /// Sizing input from the workload, its profile and forecast values; no live readings yet.
 fn predictive_input<'a>(
     w: &Workload,
+    state: &WorkloadState,
     sizing: &SizingSettings,
     f: &ForecastView,
     values: &'a [f64],
@@ -138,8 +151,8 @@ fn predictive_input<'a>(
         live: 0.0,
         queue: None,
         generation_tokens_per_sec: None,
-        per_replica: w.target.per_replica,
-        slots_per_replica: w.profile.concurrency_per_replica,
+        per_replica: per_replica(w, state),
+        slots_per_replica: w.profile.concurrency_per_replica * capacity_scale(state),
         wait_budget_secs: w.profile.wait_budget_secs(),
         queueing: predictive::Queueing::default(),
         headroom: 1.0,

@@ -31,6 +31,7 @@ use crate::{
     config::{ForecastSettings, Settings, SizingSettings},
     sizing::{
         headroom::{Headroom, HeadroomConfig},
+        learned::Estimator,
         predictive::Stabiliser,
         reactive::Decision,
         Policy,
@@ -50,6 +51,8 @@ struct Slot {
     /// queue-wait reading it last took in was made.
     headroom: Headroom,
     wait_seen: Option<SystemTime>,
+    /// Per-replica capacity learned from load against the queue-wait SLO.
+    capacity: Estimator,
     /// Scale-down stabilisation of each role's decisions, in `workload.roles` order.
     role_stabilisers: Vec<Stabiliser>,
     /// The ids of this workload's refits queued or running (its target and demand parts).
@@ -153,6 +156,7 @@ impl Engine {
                     role_stabilisers: vec![Stabiliser::default(); w.roles.len()],
                     headroom: Headroom::new(HeadroomConfig::default()),
                     wait_seen: None,
+                    capacity: Estimator::new(w.profile.concurrency_per_replica),
                     refit_pending: Vec::new(),
                     refit_due: None,
                 },
@@ -185,8 +189,18 @@ impl Engine {
                     slot.wait_seen = Some(at);
                     let late = p99 > w.profile.wait_budget_secs().max(QUEUE_TIME_FIRST_BUCKET_SECS);
                     slot.headroom.observe(unix(at), if late { 0.0 } else { 1.0 });
+                    // The same verdict against the requests each replica was running: evidence of how many
+                    // it runs at once within the SLO (`running`, else in flight less those waiting).
+                    let read = |s: Signal| slot.state.signals.get(&s).map(|r| r.value);
+                    let load = read(Signal::Running)
+                        .or_else(|| Some(read(Signal::Concurrency)? - read(Signal::QueueDepth).unwrap_or(0.0)));
+                    let pods = self.store.latest(&pods_series(&key)).map(|(v, _)| v);
+                    if let (Some(load), Some(pods)) = (load, pods.filter(|p| *p >= 1.0)) {
+                        slot.capacity.observe(load / pods, !late);
+                    }
                 }
             }
+            slot.state.capacity = self.sizing.learn_capacity.then(|| slot.capacity.estimate());
             // What the source knows about a missing target signal, once it has been missing as long as
             // it takes to go stale.
             let cause = || {
@@ -227,7 +241,8 @@ impl Engine {
                 super::roles::decide_all(w, &mut slot.state, &mut slot.role_stabilisers, &self.sizing, now);
             }
             let live = slot.state.signals.get(&w.target.signal).map(|r| r.value);
-            slot.state.reactive_replicas = live.and_then(|v| reactive_decision(w, v).ok()).map(|d| d.desired_replicas);
+            slot.state.reactive_replicas =
+                live.and_then(|v| reactive_decision(w, &slot.state, v).ok()).map(|d| d.desired_replicas);
             slot.state.pods = self.store.latest(&pods_series(&key)).map(|(v, _)| v as u32);
             // Shadow: KEDA gets the reactive answer; the predictive one is reported beside it.
             let decided = match (w.shadow, decided, live) {
@@ -238,7 +253,7 @@ impl Engine {
                 }
                 (true, Ok(d), Some(v)) if d.policy == Policy::Predictive => {
                     slot.state.shadow = Some(d);
-                    reactive_decision(w, v).map(|mut r| {
+                    reactive_decision(w, &slot.state, v).map(|mut r| {
                         r.reason = format!("shadow mode, KEDA gets the reactive answer: {}", r.reason);
                         r
                     })

@@ -23,7 +23,7 @@ use crate::{
         refit::ForecastView,
         roles::RoleState,
     },
-    sizing::reactive::Decision,
+    sizing::{learned::Learned, reactive::Decision},
     sources::{health::SourceStatus, Signal},
     workload::Workload,
 };
@@ -78,6 +78,10 @@ pub struct WorkloadState {
     pub(crate) demand_forecasts: BTreeMap<Signal, Arc<ForecastView>>,
     /// Prefill/decode roles, each with its own metric and decision.
     pub roles: Vec<RoleState>,
+    /// In-flight requests per replica at the SLO, learned from the pods' load
+    /// against the queue-wait SLO, beside the profile's figure it started from
+    /// (`sizing.learn_capacity`); every per-replica figure scales by their ratio.
+    pub capacity: Option<Learned>,
 }
 
 /// One node pool's answer: the placeholder count behind its KEDA metric.
@@ -151,6 +155,7 @@ impl WorkloadState {
             placement: None,
             demand_forecasts: BTreeMap::new(),
             roles: w.roles.iter().map(|r| RoleState::new(w, r)).collect(),
+            capacity: None,
         }
     }
 }

@@ -8,10 +8,13 @@
 //!   look-ahead, never below the live load, scale-down stabilised.
 //! - [`roles`]: prefill and decode roles sized on token demand in its
 //!   parts (rate, prompt and output length, prefix-cache share).
+//! - [`learned`]: per-replica capacity learned from load against the SLO,
+//!   the profile as its prior.
 //! - [`headroom`]: a load multiplier learned from the measured queue wait
 //!   against the SLO's target.
 
 pub(crate) mod headroom;
+pub mod learned;
 pub mod predictive;
 pub mod profile;
 pub(crate) mod reactive;

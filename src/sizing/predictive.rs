@@ -278,6 +278,7 @@ pub(crate) struct Outcome {
     pub(crate) bound: Option<Bound>,
     pub(crate) binding: Binding,
     pub(crate) reason: String,
+    pub(crate) per_replica: f64,
 }
 
 impl From<Outcome> for super::reactive::Decision {
@@ -287,6 +288,7 @@ impl From<Outcome> for super::reactive::Decision {
             desired_replicas: o.desired_replicas,
             needed_replicas: o.sizing.needed_replicas,
             load: o.sizing.forecast_peak.max(o.sizing.live),
+            per_replica: o.per_replica,
             active: o.sizing.active || o.desired_replicas > 0,
             bound: o.bound,
             reason: o.reason,
@@ -377,7 +379,15 @@ pub(crate) fn decide(
         Binding::MaxReplicas => format!("; capped at max_replicas {desired} (needs {})", s.needed_replicas),
         Binding::MinReplicas => format!("; raised to min_replicas {desired}"),
     });
-    Some(Outcome { policy: Policy::Predictive, desired_replicas: desired, binding, bound, reason, sizing: s })
+    Some(Outcome {
+        policy: Policy::Predictive,
+        desired_replicas: desired,
+        binding,
+        bound,
+        reason,
+        sizing: s,
+        per_replica: i.per_replica,
+    })
 }
 
 #[cfg(test)]

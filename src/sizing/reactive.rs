@@ -41,6 +41,8 @@ pub struct Decision {
     pub(crate) needed_replicas: u32,
     /// The load the decision was made for, in signal units.
     pub(crate) load: f64,
+    /// Signal units one replica was taken to handle (the learned capacity when learning is on).
+    pub(crate) per_replica: f64,
     pub active: bool,
     /// The bound that changed the answer, if one did.
     pub(crate) bound: Option<Bound>,
@@ -83,6 +85,7 @@ pub(crate) fn decide(input: Input) -> Option<Decision> {
         desired_replicas: desired,
         needed_replicas: needed,
         load: signal,
+        per_replica,
         active,
         bound,
         reason,

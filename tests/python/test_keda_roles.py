@@ -13,6 +13,7 @@ known. With no history there is no forecast: the live demand decides.
 import http.server
 import threading
 import time
+import urllib.request
 
 import grpc
 import pytest
@@ -100,6 +101,7 @@ workloads:
 def client(pb, foresight, growing_pod):
     f = foresight(CONFIG.replace("URL", growing_pod))
     c = KedaLikeClient(pb, f.grpc)
+    c.http = f.http
     # Rates need two scrapes: wait for the roles' first answers.
     deadline = time.time() + 20
     while True:
@@ -153,3 +155,20 @@ def test_bad_role_metadata_is_refused_with_a_reason(client, workload, extra, cod
             call(client.ref(workload, **extra), timeout=DEADLINE)
         assert e.value.code() == code
         assert words in e.value.details()
+
+
+def test_role_answers_are_exported_for_prometheus(client):
+    body = urllib.request.urlopen(f"http://{client.http}/metrics", timeout=5).read().decode()
+    lines = [l for l in body.splitlines() if l.startswith("foresight_role_")]
+    want = {
+        ("foresight_role_desired_replicas", "prefill"): 2.0,
+        ("foresight_role_desired_replicas", "decode"): 4.0,
+        ("foresight_role_unavailable", "prefill"): 0.0,
+        ("foresight_role_unavailable", "decode"): 0.0,
+    }
+    for (name, role), value in want.items():
+        match = [l for l in lines if l.startswith(name + "{") and f'role="{role}"' in l and 'workload="llama-8b-pd"' in l]
+        assert len(match) == 1, (name, role, lines)
+        assert float(match[0].rsplit(" ", 1)[1]) == value, match
+    # The workload without roles exports none.
+    assert not [l for l in lines if 'workload="llama-8b"' in l], lines
