@@ -25,19 +25,33 @@ pub(super) fn unix(t: SystemTime) -> f64 {
     t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// The reactive rule on the live target reading.
-/// How much of the configured per-replica capacity a replica has shown it
-/// takes (1 without learning, or before evidence): in-flight requests are
-/// learned, and every per-replica figure scales with them.
-fn capacity_scale(state: &WorkloadState) -> f64 {
+/// How much of the profile's batch a replica has shown it runs within the
+/// SLO (1 without learning, before evidence, and in shadow mode, where KEDA
+/// gets the configured answer).
+fn capacity_scale(w: &Workload, state: &WorkloadState) -> f64 {
+    if w.shadow {
+        return 1.0;
+    }
     state.capacity.map_or(1.0, |l| l.per_replica / l.prior).clamp(1.0 / 16.0, 16.0)
 }
 
-/// Signal units one replica handles: the configured target, scaled by what was learned.
+/// Signal units one replica handles: the configured target, scaled by what
+/// was learned when the target is a load that grows with the batch (requests
+/// or tokens); a share such as `kv_cache_usage`, or a latency, is not scaled.
 pub(super) fn per_replica(w: &Workload, state: &WorkloadState) -> f64 {
-    w.target.per_replica * capacity_scale(state)
+    let scales = matches!(
+        w.target.signal,
+        Signal::Concurrency
+            | Signal::Running
+            | Signal::QueueDepth
+            | Signal::RequestRate
+            | Signal::PromptTokensRate
+            | Signal::GenerationTokensRate
+    );
+    w.target.per_replica * if scales { capacity_scale(w, state) } else { 1.0 }
 }
 
+/// The reactive rule on the live target reading.
 pub(super) fn reactive_decision(w: &Workload, state: &WorkloadState, live: f64) -> Result<Decision, NoDecision> {
     reactive::decide(reactive::Input {
         signal: live,
@@ -152,11 +166,11 @@ fn predictive_input<'a>(
         queue: None,
         generation_tokens_per_sec: None,
         per_replica: per_replica(w, state),
-        slots_per_replica: w.profile.concurrency_per_replica * capacity_scale(state),
+        slots_per_replica: w.profile.concurrency_per_replica * capacity_scale(w, state),
         wait_budget_secs: w.profile.wait_budget_secs(),
         queueing: predictive::Queueing::default(),
         headroom: 1.0,
-        tokens_per_sec_per_replica: w.profile.generation_tokens_per_sec,
+        tokens_per_sec_per_replica: w.profile.generation_tokens_per_sec.map(|t| t * capacity_scale(w, state)),
         forecast: Upper { quantile: sizing.quantile, values, step_secs: f.step_secs as f64 },
         lookahead_secs: w.profile.cold_start_secs.total_secs(),
         min_replicas: w.min_replicas,

@@ -189,14 +189,16 @@ impl Engine {
                     slot.wait_seen = Some(at);
                     let late = p99 > w.profile.wait_budget_secs().max(QUEUE_TIME_FIRST_BUCKET_SECS);
                     slot.headroom.observe(unix(at), if late { 0.0 } else { 1.0 });
-                    // The same verdict against the requests each replica was running: evidence of how many
-                    // it runs at once within the SLO (`running`, else in flight less those waiting).
+                    // A verdict on the SLO against the requests each replica was running: evidence of how
+                    // many it runs at once within it (`running`, else in flight less those waiting).
                     let read = |s: Signal| slot.state.signals.get(&s).map(|r| r.value);
                     let load = read(Signal::Running)
                         .or_else(|| Some(read(Signal::Concurrency)? - read(Signal::QueueDepth).unwrap_or(0.0)));
                     let pods = self.store.latest(&pods_series(&key)).map(|(v, _)| v);
-                    if let (Some(load), Some(pods)) = (load, pods.filter(|p| *p >= 1.0)) {
-                        slot.capacity.observe(load / pods, !late);
+                    if let (Some(load), Some(pods), Some(held)) =
+                        (load, pods.filter(|p| *p >= 1.0), slo_held(w, late, read(Signal::ItlP90)))
+                    {
+                        slot.capacity.observe(load / pods, held);
                     }
                 }
             }
@@ -510,4 +512,21 @@ fn resample(timeline: &[u32], every: f64, desired: u32, step: i64) -> Vec<u32> {
         .collect();
     out[0] = out[0].max(desired);
     out
+}
+
+/// Did the replicas meet their SLO, for learning capacity: `Some(false)`
+/// when the queue wait missed or the p90 inter-token latency is past the
+/// profile's `slo.itl_secs`; `Some(true)` only when the wait held and, if the
+/// profile states an ITL target, the ITL was measured within it. A fleet
+/// whose ITL is not read never teaches that it takes more than the profile:
+/// vLLM admits up to `max_num_seqs` with no queue at all while every token
+/// slows down, and a wait alone would learn that batch as capacity.
+fn slo_held(w: &Workload, wait_late: bool, itl_p90: Option<f64>) -> Option<bool> {
+    let itl_target = w.profile.slo.as_ref().map(|s| s.itl_secs);
+    match (wait_late, itl_target, itl_p90.filter(|v| v.is_finite())) {
+        (true, _, _) => Some(false),
+        (false, Some(target), Some(itl)) => Some(itl <= target),
+        (false, Some(_), None) => None,
+        (false, None, _) => Some(true),
+    }
 }

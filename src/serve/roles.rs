@@ -138,8 +138,13 @@ fn decide_one(
         }
         Err(RoleNoDecision::NoLength(s))
     };
+    // Finished requests stop tracking arrivals while a queue builds (they are
+    // capped by what the replicas serve): the backlog counts as arrivals to
+    // drain within the role's cold start, as the single-role rule does.
+    let backlog = fresh(Signal::QueueDepth).unwrap_or(0.0).max(0.0);
+    let drain_secs = role.profile.cold_start_secs.total_secs().max(60.0);
     let live = TokenDemand {
-        request_rate: rate.value,
+        request_rate: rate.value + backlog / drain_secs,
         prompt_tokens: length(Signal::PromptTokensPerRequest)?,
         generation_tokens: length(Signal::GenerationTokensPerRequest)?,
         // Without a reading no token counts as cached: prefill is not undersized.

@@ -80,7 +80,7 @@ pub struct WorkloadState {
     pub roles: Vec<RoleState>,
     /// In-flight requests per replica at the SLO, learned from the pods' load
     /// against the queue-wait SLO, beside the profile's figure it started from
-    /// (`sizing.learn_capacity`); every per-replica figure scales by their ratio.
+    /// (`sizing.learn_capacity`); per-replica figures that grow with the batch scale by their ratio.
     pub capacity: Option<Learned>,
 }
 

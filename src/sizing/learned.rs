@@ -20,7 +20,8 @@
 //!   so the estimate cannot drift; and no evidence decays with time alone.
 //!
 //! A few noisy misses below a long run of held observations do not move it:
-//! moving would put more observations on the wrong side. Evidence is kept
+//! moving would put more observations on the wrong side; and leaving the
+//! prior at all costs five observations' worth, so one odd reading cannot. Evidence is kept
 //! per load bin (ratio to the prior, geometric), each bin's counts capped so
 //! that new evidence can overturn old where it arrives.
 //!
@@ -41,6 +42,8 @@ const PRIOR_WEIGHT: f64 = 30.0;
 const BIN_CAP: f64 = 200.0;
 /// "Near the threshold": within this factor.
 const NEAR: f64 = 1.5;
+/// Observations on the wrong side of the prior it takes to move off it at all.
+const MOVE_COST: f64 = 5.0;
 
 fn bins() -> usize {
     ((MAX_RATIO / MIN_RATIO).log2() * BINS_PER_OCTAVE).round() as usize
@@ -69,7 +72,7 @@ pub(crate) struct Estimator {
 /// What the estimator says now, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Learned {
-    /// The profile's (or target's) per-replica figure.
+    /// The profile's `concurrency_per_replica`.
     pub prior: f64,
     /// The load per replica that best separates held from missed observations.
     pub learned: f64,
@@ -82,7 +85,8 @@ pub struct Learned {
     /// All observations kept, and how many of them missed the SLO.
     pub observations: f64,
     pub missed: f64,
-    /// Observations on the wrong side of the learned figure.
+    /// Observations on the wrong side of the learned figure (plus, when it
+    /// left the prior, the few it takes to move at all).
     pub disagreeing: f64,
 }
 
@@ -98,11 +102,15 @@ impl Estimator {
     pub(crate) fn observe(&mut self, load: f64, held: bool) {
         let Some(b) = bin_of(load / self.prior) else { return };
         // A replica that misses at under half the load it is believed to take
-        // is missing for another reason (a burst inside the minute, a cold
-        // start, one huge prompt): counted, such misses would lower the
-        // estimate, add replicas, lower the load further and feed on themselves.
-        if !held && load < 0.5 * self.estimate().learned {
-            return;
+        // (what sizing uses, or the learned figure if lower) is missing for
+        // another reason (a burst inside the minute, a cold start, one huge
+        // prompt): counted, such misses would lower the estimate, add
+        // replicas, lower the load further and feed on themselves.
+        if !held {
+            let e = self.estimate();
+            if load < 0.5 * e.per_replica.min(e.learned) {
+                return;
+            }
         }
         if held {
             self.held[b] += 1.0;
@@ -136,7 +144,8 @@ impl Estimator {
             if c > 0 {
                 missed_below += self.missed[c - 1];
             }
-            let loss = missed_below + held_above;
+            // Leaving the prior costs a few observations' worth: one odd reading cannot move it.
+            let loss = missed_below + held_above + if c as f64 == prior_edge { 0.0 } else { MOVE_COST };
             let nearer = (c as f64 - prior_edge).abs() < (best_c as f64 - prior_edge).abs();
             if loss < best - 1e-9 || ((loss - best).abs() <= 1e-9 && nearer) {
                 best = loss;
@@ -256,10 +265,25 @@ mod tests {
     }
 
     #[test]
+    fn one_odd_reading_neither_moves_it_nor_freezes_it() {
+        // One held reading at three times the profile (a scrape racing a scale-down, say).
+        let mut e = Estimator::new(32.0);
+        e.observe(96.0, true);
+        assert_eq!(e.estimate().learned, 32.0, "{:?}", e.estimate());
+        // A fleet that really takes 24 is still learned afterwards.
+        feed(&mut e, day(24.0), 24.0, 0);
+        assert!((e.estimate().learned / 24.0 - 1.0).abs() < 0.10, "{:?}", e.estimate());
+    }
+
+    #[test]
     fn little_evidence_moves_it_little() {
         let mut e = Estimator::new(40.0);
-        // Five misses at 30 and nothing else.
+        // Five misses at 30 are not enough to leave the prior; eight are, but weigh little.
         for _ in 0..5 {
+            e.observe(30.0, false);
+        }
+        assert_eq!(e.estimate().learned, 40.0);
+        for _ in 0..3 {
             e.observe(30.0, false);
         }
         let l = e.estimate();

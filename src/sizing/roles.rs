@@ -259,26 +259,32 @@ pub(crate) fn decide(
     let live_replicas = ceil(live.replicas);
     let held = stab.apply(now_secs, window_secs, live_replicas);
     let clamp = |n: u32| n.clamp(i.min_replicas, i.max_replicas.max(i.min_replicas));
-    let forecast = i.forecast.filter(|f| !f.request_rate.is_empty() && f.step_secs > 0.0);
-    let (mut peak, mut peak_k, mut peak_demand, mut timeline, mut step) = (live, 0usize, i.live, Vec::new(), 0.0);
-    if let Some(f) = forecast {
-        step = f.step_secs;
+    // Each step's need, the peak within the look-ahead; a forecast with an
+    // unusable step (a NaN) is set aside whole, and the live demand decides.
+    let sized = |f: &PartsForecast<'_>| -> Result<(Need, usize, TokenDemand, Vec<u32>), RoleError> {
         let steps = ((i.lookahead_secs / f.step_secs).ceil() as usize + 1).clamp(1, f.request_rate.len());
-        let mut best: Option<Need> = None;
+        let (mut best, mut timeline): (Option<(Need, usize, TokenDemand)>, Vec<u32>) = (None, Vec::new());
         for k in 0..f.request_rate.len() {
             let d = f.at(k, &i.live);
             let n = need(i.kind, &d, &i.capacity)?;
             timeline.push(clamp(ceil(n.replicas)));
-            if k < steps && best.is_none_or(|b| n.replicas > b.replicas) {
-                best = Some(n);
-                peak_k = k;
-                peak_demand = d;
+            if k < steps && best.is_none_or(|(b, _, _)| n.replicas > b.replicas) {
+                best = Some((n, k, d));
             }
         }
-        if let Some(b) = best {
-            peak = b;
-        }
-    }
+        let (n, k, d) = best.ok_or(RoleError::Unusable)?;
+        Ok((n, k, d, timeline))
+    };
+    let usable = i.forecast.filter(|f| !f.request_rate.is_empty() && f.step_secs > 0.0);
+    let fitted = usable.map(|f| sized(&f));
+    let set_aside = matches!(fitted, Some(Err(_)));
+    let forecast = usable.filter(|_| !set_aside);
+    let (peak, peak_k, peak_demand, timeline) = match fitted {
+        Some(Ok(x)) => x,
+        _ => (live, 0, i.live, Vec::new()),
+    };
+    let mut timeline = timeline;
+    let step = forecast.map_or(0.0, |f| f.step_secs);
     let forecast_replicas = if forecast.is_some() { ceil(peak.replicas) } else { 0 };
     let needed = forecast_replicas.max(live_replicas);
     let wanted = needed.max(held);
@@ -325,6 +331,9 @@ pub(crate) fn decide(
         binding.load,
         binding.per_replica
     ));
+    if set_aside {
+        reason.push_str("; the forecast has an unusable step, so the live demand decides");
+    }
     if held > needed {
         reason.push_str(&format!("; holding {held}, the live need's highest of the last {window_secs:.0} s"));
     }

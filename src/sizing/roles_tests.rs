@@ -146,3 +146,14 @@ fn without_a_forecast_the_live_demand_decides_within_min_and_max() {
         .unwrap();
     assert_eq!((idle.desired_replicas, idle.active, idle.bound), (1, false, Some(Bound::MinReplicas)));
 }
+
+#[test]
+fn a_forecast_with_an_unusable_step_is_set_aside_for_the_live_demand() {
+    let live = demand(20.0, 2_000.0, 200.0, 0.0); // prefill 40k / 24k -> 2
+    let rate = [20.0, f64::NAN, 90.0];
+    let d = decide(&input(RoleKind::Prefill, live, Some(parts(&rate, None))), &mut Stabiliser::default(), 0.0, 0.0)
+        .unwrap();
+    assert_eq!((d.policy, d.desired_replicas), (Policy::Reactive, 2), "{}", d.reason);
+    assert!(d.reason.contains("unusable step"), "{}", d.reason);
+    assert!(d.timeline.is_empty());
+}

@@ -48,6 +48,10 @@ pub enum Signal {
     TtftP50,
     TtftP90,
     TtftP99,
+    /// Inter-token latency p90, seconds, of the tokens generated since the
+    /// last poll (`vllm:inter_token_latency_seconds`, older
+    /// `vllm:time_per_output_token_seconds`): what a decode batch costs each sequence.
+    ItlP90,
     /// End-to-end request latency, seconds (vLLM, or KServe's predict latency).
     E2eP50,
     E2eP90,
@@ -76,7 +80,7 @@ pub enum Signal {
 }
 
 impl Signal {
-    pub(crate) const ALL: [Signal; 21] = [
+    pub(crate) const ALL: [Signal; 22] = [
         Signal::Concurrency,
         Signal::Running,
         Signal::QueueDepth,
@@ -87,6 +91,7 @@ impl Signal {
         Signal::TtftP50,
         Signal::TtftP90,
         Signal::TtftP99,
+        Signal::ItlP90,
         Signal::E2eP50,
         Signal::E2eP90,
         Signal::E2eP99,
@@ -101,15 +106,18 @@ impl Signal {
     ];
 
     /// What a workload records when its config names no signals: the demand
-    /// signals forecasting uses, and the p99 queue wait the predictive
-    /// policy corrects its headroom from. Other latency quantiles are opt-in.
-    pub(crate) const DEFAULT: [Signal; 6] = [
+    /// signals forecasting uses, the p99 queue wait the predictive policy
+    /// corrects its headroom from, and the p90 inter-token latency that, with
+    /// it, judges the SLO capacity is learned from. Other latency quantiles
+    /// are opt-in.
+    pub(crate) const DEFAULT: [Signal; 7] = [
         Signal::Concurrency,
         Signal::QueueDepth,
         Signal::RequestRate,
         Signal::PromptTokensRate,
         Signal::GenerationTokensRate,
         Signal::QueueWaitP99,
+        Signal::ItlP90,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -124,6 +132,7 @@ impl Signal {
             Signal::TtftP50 => "ttft_p50",
             Signal::TtftP90 => "ttft_p90",
             Signal::TtftP99 => "ttft_p99",
+            Signal::ItlP90 => "itl_p90",
             Signal::E2eP50 => "e2e_p50",
             Signal::E2eP90 => "e2e_p90",
             Signal::E2eP99 => "e2e_p99",

@@ -113,6 +113,10 @@ pub(crate) fn default_query(signal: Signal) -> String {
         Signal::TtftP50 => hq("0.5", "time_to_first_token_seconds"),
         Signal::TtftP90 => hq("0.9", "time_to_first_token_seconds"),
         Signal::TtftP99 => hq("0.99", "time_to_first_token_seconds"),
+        // vLLM's name, else its older one.
+        Signal::ItlP90 => {
+            format!("{} or {}", hq("0.9", "inter_token_latency_seconds"), hq("0.9", "time_per_output_token_seconds"))
+        }
         Signal::E2eP50 => hq("0.5", "e2e_request_latency_seconds"),
         Signal::E2eP90 => hq("0.9", "e2e_request_latency_seconds"),
         Signal::E2eP99 => hq("0.99", "e2e_request_latency_seconds"),

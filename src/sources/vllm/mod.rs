@@ -63,6 +63,9 @@ const COUNTERS: &[(&str, Counter)] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Hist {
     Ttft,
+    /// Inter-token latency, and its older name.
+    Itl,
+    OldItl,
     E2e,
     /// KServe's predict latency: the e2e latency of runtimes without vLLM metrics.
     KservePredict,
@@ -76,6 +79,8 @@ const KSERVE_PREDICT: &str = "request_predict_seconds";
 
 const HISTOGRAMS: &[(&str, Hist)] = &[
     ("vllm:time_to_first_token_seconds", Hist::Ttft),
+    ("vllm:inter_token_latency_seconds", Hist::Itl),
+    ("vllm:time_per_output_token_seconds", Hist::OldItl),
     ("vllm:e2e_request_latency_seconds", Hist::E2e),
     (KSERVE_PREDICT, Hist::KservePredict),
     ("vllm:request_queue_time_seconds", Hist::QueueTime),
@@ -382,6 +387,8 @@ impl Deriver {
         put(Signal::TtftP50, q(Hist::Ttft, 0.5));
         put(Signal::TtftP90, q(Hist::Ttft, 0.9));
         put(Signal::TtftP99, q(Hist::Ttft, 0.99));
+        // The new name wins where a release serves both.
+        put(Signal::ItlP90, q(Hist::Itl, 0.9).or_else(|| q(Hist::OldItl, 0.9)));
         put(Signal::E2eP50, e2e(0.5));
         put(Signal::E2eP90, e2e(0.9));
         put(Signal::E2eP99, e2e(0.99));

@@ -263,3 +263,37 @@ fn older_prefix_cache_names_are_read_when_the_new_ones_are_absent() {
         Some(0.25)
     );
 }
+
+/// An inter-token latency histogram under `name` with `fast` of `n` tokens within 0.025 s.
+fn itl(name: &str, fast: u64, n: u64) -> String {
+    format!(
+        "# TYPE {name} histogram\n\
+         {name}_bucket{{engine=\"0\",le=\"0.025\",model_name=\"m\"}} {fast}.0\n\
+         {name}_bucket{{engine=\"0\",le=\"0.05\",model_name=\"m\"}} {n}.0\n\
+         {name}_bucket{{engine=\"0\",le=\"+Inf\",model_name=\"m\"}} {n}.0\n\
+         {name}_count{{engine=\"0\",model_name=\"m\"}} {n}.0\n\
+         {name}_sum{{engine=\"0\",model_name=\"m\"}} 1.0\n"
+    )
+}
+
+#[test]
+fn inter_token_latency_is_read_under_either_name_the_new_one_first() {
+    let new = "vllm:inter_token_latency_seconds";
+    let old = "vllm:time_per_output_token_seconds";
+    let p90 = |first: String, second: String| {
+        let mut d = Deriver::default();
+        d.round(vec![("a".into(), reading(&first, 0))]);
+        d.round(vec![("a".into(), reading(&second, 10))]).get(Signal::ItlP90)
+    };
+    // 1,000 tokens since the last poll, all within 0.025 s: p90 interpolates to 0.0225.
+    let all_fast = p90(itl(new, 0, 0), itl(new, 1000, 1000)).unwrap();
+    assert!((all_fast - 0.0225).abs() < 1e-9, "{all_fast}");
+    // Half past 0.025 s: p90 lands in the next bucket.
+    let slow = p90(itl(old, 0, 0), itl(old, 500, 1000)).unwrap();
+    assert!((slow - 0.045).abs() < 1e-9, "{slow}");
+    // Both served: the new name's wins.
+    let both = p90(itl(new, 0, 0) + &itl(old, 0, 0), itl(new, 1000, 1000) + &itl(old, 500, 1000)).unwrap();
+    assert!((both - 0.0225).abs() < 1e-9, "{both}");
+    // No tokens since the last poll: missing, not zero.
+    assert_eq!(p90(itl(new, 5, 5), itl(new, 5, 5)), None);
+}
