@@ -339,3 +339,16 @@ fn compare_roles_sizes_a_servegen_token_mix_three_ways() {
     assert_eq!(code, 1);
     assert!(err.contains("/nonexistent"), "{err}");
 }
+
+#[test]
+fn spare_horizons_are_checked() {
+    let yaml = format!("sizing: {{spare_horizons_secs: [60, 3600, 100000]}}\n{GOOD}");
+    let (code, _, err) = check(&yaml);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("sizing.spare_horizons_secs: must list at most 4 lease lengths, each within 600..=86400, got [60, 3600, 100000]"),
+        "{err}"
+    );
+    let (code, _, err) = check(&format!("sizing: {{spare_horizons_secs: []}}\n{GOOD}"));
+    assert_eq!(code, 0, "{err}");
+}

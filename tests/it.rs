@@ -31,6 +31,7 @@ mod scrape;
 mod security;
 mod serve;
 mod signals;
+mod spare;
 mod store;
 mod ui;
 mod vllm_real;

@@ -210,6 +210,14 @@ fn gauges(snap: &Snapshot, now: f64) -> Vec<Gauges> {
     let mut reserved = Gauges::new("foresight_reserved_nodes", "Nodes active reservations cover now");
     let mut cost =
         Gauges::new("foresight_pool_cost_per_hour", "Hourly price of the nodes needed now beyond paid reservations");
+    let mut spare_gpus = Gauges::new(
+        "foresight_pool_spare_gpus",
+        "Reserved GPUs the plan over hours leaves idle throughout the horizon: what a batch queue can lease",
+    );
+    let mut idle_hours = Gauges::new(
+        "foresight_pool_idle_reserved_gpu_hours",
+        "Reserved GPU-hours the plan leaves idle over the horizon",
+    );
     for p in snap.pools() {
         let Some(pp) = &p.plan else { continue };
         let l = || vec![("pool", p.name.clone())];
@@ -219,6 +227,15 @@ fn gauges(snap: &Snapshot, now: f64) -> Vec<Gauges> {
         planned.push(l(), f64::from(pp.nodes.first().copied().unwrap_or(0)));
         reserved.push(l(), f64::from(pp.reserved.first().copied().unwrap_or(0)));
         cost.push(l(), pp.cost_per_hour_now);
+    }
+    for p in snap.pools() {
+        for o in p.spare.iter().flat_map(|s| &s.offers) {
+            let h = o.horizon_secs;
+            let horizon = if h % 3600 == 0 { format!("{}h", h / 3600) } else { format!("{}m", h / 60) };
+            let l = vec![("pool", p.name.clone()), ("horizon", horizon)];
+            spare_gpus.push(l.clone(), f64::from(o.gpus));
+            idle_hours.push(l, o.idle_gpu_hours);
+        }
     }
     vec![
         value,
@@ -243,5 +260,7 @@ fn gauges(snap: &Snapshot, now: f64) -> Vec<Gauges> {
         planned,
         reserved,
         cost,
+        spare_gpus,
+        idle_hours,
     ]
 }

@@ -50,6 +50,7 @@ pub(crate) struct ApiState {
         workloads::history,
         workloads::explain,
         pools,
+        spare,
         plan,
         cluster
     ),
@@ -72,6 +73,7 @@ pub fn router(registry: Arc<Registry>, store: Arc<Store>) -> Router {
         .route("/api/v1/workloads/{name}/explain", get(workloads::explain))
         .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/pools", get(pools))
+        .route("/api/v1/pools/{pool}/spare", get(spare))
         .route("/api/v1/plan", get(plan))
         .merge(ui::routes())
         .fallback(|| async { Problem::not_found("no such route; the API is described at /api/v1/openapi.json") })
@@ -103,6 +105,25 @@ pub(crate) struct PoolList {
 pub(crate) async fn pools(State(s): State<ApiState>) -> Json<PoolList> {
     let snap = s.registry.load();
     Json(PoolList { pools: snap.pools().into_iter().map(|p| p.as_ref().clone()).collect() })
+}
+
+/// What a batch queue can lease from one pool: the reserved nodes the plan
+/// over hours (the forecasts' sizing quantile) leaves idle throughout each
+/// lease length in `sizing.spare_horizons_secs`.
+#[utoipa::path(get, path = "/api/v1/pools/{pool}/spare", tag = "capacity",
+    params(("pool" = String, Path, description = "A pool name")),
+    responses((status = 200, body = crate::serve::spare::PoolSpare),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "No such pool, or no spare forecast yet")))]
+pub(crate) async fn spare(
+    State(s): State<ApiState>,
+    axum::extract::Path(pool): axum::extract::Path<String>,
+) -> Result<impl IntoResponse, Problem> {
+    let snap = s.registry.load();
+    let p = snap.pool(&pool).ok_or_else(|| Problem::not_found(format!("no pool `{pool}` is configured")))?;
+    let spare = p.spare.clone().ok_or_else(|| {
+        Problem::not_found("no spare forecast: sizing.spare_horizons_secs is empty, or no plan has run yet")
+    })?;
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(spare)))
 }
 
 /// The whole node plan: per pool and per workload, with reasons.

@@ -9,10 +9,13 @@
 //! - [`plan`]: the timeline: pack each step of the look-ahead, honour
 //!   reservation windows that open or close inside it, and turn node counts
 //!   into "warm now" by each pool's provisioning time.
+//! - [`spare`]: the reserved nodes a plan over hours leaves idle throughout
+//!   each horizon: what a batch queue can lease.
 
 pub mod pack;
 pub mod plan;
 pub(crate) mod selector;
+pub mod spare;
 
 use std::collections::BTreeMap;
 

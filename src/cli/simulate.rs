@@ -128,6 +128,10 @@ pub(crate) struct SimulateArgs {
     /// `serve` does (`sizing.learn_capacity`).
     #[arg(long)]
     pub(crate) learn_capacity: bool,
+    /// The predictive policy offers, every hour, the reserved nodes its
+    /// forecast leaves idle for this long; the offers are scored against the run.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) spare_horizon: Option<Duration>,
     /// Write summary.json and timeline.csv here.
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -268,6 +272,7 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
                         quantile: *q,
                         bucket_secs: args.forecast_step.as_secs() as i64,
                         learn_capacity: args.learn_capacity,
+                        spare_horizon_secs: args.spare_horizon.map(|d| d.as_secs_f64()),
                         ..PredictiveConfig::default()
                     },
                     &told,
@@ -483,6 +488,20 @@ fn print_table(out: &mut dyn Write, s: &Summary<'_>, runs: &[Run]) -> anyhow::Re
         )?;
     }
     for r in runs.iter().map(|r| &r.report) {
+        if let Some(sp) = &r.spare {
+            writeln!(
+                out,
+                "{}: {} offers of reserved nodes for {:.1} h leases: {:.0} GPU-hours offered, {:.0} in leases never revoked, {} revoked; hindsight's offers {:.0}, reserved GPU-hours really idle over those leases {:.0}",
+                r.policy,
+                sp.offers,
+                sp.horizon_secs / 3600.0,
+                sp.offered_gpu_hours,
+                sp.kept_gpu_hours,
+                sp.revoked,
+                sp.hindsight_gpu_hours,
+                sp.idle_gpu_hours
+            )?;
+        }
         if let Some(l) = &r.learned {
             writeln!(
                 out,

@@ -114,6 +114,8 @@ pub(crate) struct SizingSettings {
     pub(crate) forecast_only: Duration,
     /// Size on the per-replica capacity learned from the pods (profile as prior).
     pub(crate) learn_capacity: bool,
+    /// Lease lengths of the spare-capacity forecast, shortest first; empty: off.
+    pub(crate) spare_horizons_secs: Vec<u64>,
 }
 
 /// How forecasts are refitted in the background (the refit worker's settings).

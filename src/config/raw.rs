@@ -282,6 +282,13 @@ pub(crate) struct RawSizing {
     /// the SLO, with the profile (or `target.per_replica`) as the prior.
     #[serde(default = "default_true")]
     pub(crate) learn_capacity: bool,
+    /// Lease lengths the spare-capacity forecast offers per pool; empty: off.
+    #[serde(default = "default_spare_horizons_secs")]
+    pub(crate) spare_horizons_secs: Vec<u64>,
+}
+
+fn default_spare_horizons_secs() -> Vec<u64> {
+    vec![3600, 14_400]
 }
 
 fn default_forecast_only_secs() -> f64 {
@@ -296,6 +303,7 @@ impl Default for RawSizing {
             scale_down_stabilization_secs: default_stabilization_secs(),
             plan_step_secs: default_plan_step_secs(),
             learn_capacity: true,
+            spare_horizons_secs: default_spare_horizons_secs(),
             forecast_only_secs: default_forecast_only_secs(),
         }
     }

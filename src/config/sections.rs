@@ -150,6 +150,17 @@ pub(super) fn validate_sizing(
     if !(0.0..=86_400.0).contains(&raw.forecast_only_secs) {
         bad("sizing.forecast_only_secs".into(), format!("must be within 0..=86400, got {}", raw.forecast_only_secs));
     }
+    let mut spare = raw.spare_horizons_secs.clone();
+    if spare.len() > 4 || spare.iter().any(|h| !(600..=86_400).contains(h)) {
+        bad(
+            "sizing.spare_horizons_secs".into(),
+            format!("must list at most 4 lease lengths, each within 600..=86400, got {spare:?}"),
+        );
+        spare.retain(|h| (600..=86_400).contains(h));
+        spare.truncate(4);
+    }
+    spare.sort_unstable();
+    spare.dedup();
     SizingSettings {
         policy,
         quantile: raw.quantile,
@@ -157,6 +168,7 @@ pub(super) fn validate_sizing(
         plan_step_secs: raw.plan_step_secs.clamp(1, 3600) as i64,
         forecast_only: crate::time::secs_within(raw.forecast_only_secs, 0.0, 86_400.0),
         learn_capacity: raw.learn_capacity,
+        spare_horizons_secs: spare,
     }
 }
 

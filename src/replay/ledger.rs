@@ -240,6 +240,7 @@ impl Ledger {
             mean_replicas: if secs > 0.0 { self.replica_secs / secs } else { 0.0 },
             max_replicas: self.max_replicas,
             learned: None,
+            spare: None,
         };
         Run { report, timeline: self.timeline }
     }

@@ -42,6 +42,7 @@ mod oracle;
 pub mod policy;
 pub(crate) mod roles;
 pub(crate) mod servegen;
+mod spare;
 
 use fleet::Fleet;
 use fluid::{Arrivals, Event, Queue};
@@ -263,6 +264,9 @@ pub struct Report {
     /// What a policy that learns capacity had learned by the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) learned: Option<crate::sizing::learned::Learned>,
+    /// A policy's spare-capacity offers scored against the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) spare: Option<spare::SpareScore>,
 }
 
 /// One minute of the run, for plots.
@@ -371,6 +375,7 @@ pub fn simulate(
                 running: queue.busy,
                 waiting: queue.queued,
                 ready: f64::from(fleet.ready),
+                reserved_nodes: pool.reserved_nodes,
                 arrival_rate: seen.arrival_rate(),
                 history: &history,
                 history_start,
@@ -404,5 +409,6 @@ pub fn simulate(
     }
     let mut run = ledger.finish(policy.name(), cfg, fleet.cold_starts, fleet.node_boots, queue.left());
     run.report.learned = policy.learned();
+    run.report.spare = policy.offers().map(|(h, offers)| spare::score(offers, h, &run.timeline, cap, pool));
     Ok(run)
 }

@@ -35,6 +35,8 @@ pub struct Observation<'a> {
     pub(crate) waiting: f64,
     /// Replicas serving (pods answering /metrics).
     pub(crate) ready: f64,
+    /// Reserved nodes of the pool (always there, always paid).
+    pub(crate) reserved_nodes: u32,
     /// Arrivals per second over the rate window (like `rate(...[1m])`).
     pub(crate) arrival_rate: f64,
     /// Index of dispersion of arrivals per poll over the last ten minutes
@@ -66,6 +68,11 @@ pub trait Policy {
     }
     /// The per-replica capacity learned so far, for a policy that learns it.
     fn learned(&self) -> Option<Learned> {
+        None
+    }
+    /// Spare reserved nodes offered for lease: the lease length and, per
+    /// offer, when it was made (seconds into the run) and how many nodes.
+    fn offers(&self) -> Option<(f64, &[(f64, u32)])> {
         None
     }
 }
@@ -162,6 +169,9 @@ pub struct PredictiveConfig {
     /// Learn the in-flight requests a replica holds at the SLO, as `serve`
     /// does with `sizing.learn_capacity`, starting from the profile's.
     pub learn_capacity: bool,
+    /// Offer reserved nodes the forecast leaves idle for this long, every hour
+    /// (the spare-capacity forecast, scored against what the run shows).
+    pub spare_horizon_secs: Option<f64>,
 }
 
 impl Default for PredictiveConfig {
@@ -176,6 +186,7 @@ impl Default for PredictiveConfig {
             lookahead_secs: 450.0,
             measure_dispersion: true,
             learn_capacity: false,
+            spare_horizon_secs: None,
         }
     }
 }
@@ -191,6 +202,9 @@ pub struct Predictive {
     headroom: Headroom,
     /// In-flight requests per replica at the SLO, learned (with `learn_capacity`).
     capacity: Option<Estimator>,
+    /// Spare reserved nodes offered (seconds into the run, nodes), and when the next offer is due.
+    offers: Vec<(f64, u32)>,
+    next_offer: f64,
     /// Decisions that fell back to the live load (no usable forecast), and refits that failed.
     pub(crate) fallbacks: u64,
     pub(crate) refits: u64,
@@ -220,21 +234,56 @@ impl Predictive {
             stab: Stabiliser::default(),
             headroom: Headroom::new(HeadroomConfig { target: 1.0 - cap.wait_miss, ..HeadroomConfig::default() }),
             capacity,
+            offers: Vec::new(),
+            next_offer: 0.0,
             fallbacks: 0,
             refits: 0,
         })
     }
 
-    fn refit(&mut self, o: &Observation<'_>) {
+    /// The observed minutes in whole forecast buckets on the calendar grid
+    /// (so daily seasons line up); `None` with under two buckets.
+    fn series(&self, o: &Observation<'_>) -> Option<Series> {
         let per = (self.cfg.bucket_secs / 60) as usize;
-        // Whole buckets on the calendar grid, so daily seasons line up.
         let skip = (per - (o.history_start / 60).rem_euclid(per as i64) as usize) % per;
         let usable = o.history.len().saturating_sub(skip) / per * per;
         if usable < 2 * per {
-            return;
+            return None;
         }
         let values = o.history[skip..skip + usable].chunks(per).map(|c| c.iter().sum::<f64>() / per as f64).collect();
-        let series = Series { start: o.history_start + 60 * skip as i64, step: self.cfg.bucket_secs, values };
+        Some(Series { start: o.history_start + 60 * skip as i64, step: self.cfg.bucket_secs, values })
+    }
+
+    /// Reserved nodes the upper quantile over the next `horizon` leaves idle
+    /// throughout, from a forecast selected by its own backtest over that horizon.
+    fn offer(&self, o: &Observation<'_>, horizon: f64, reserved: u32) -> u32 {
+        let Some(series) = self.series(o) else { return 0 };
+        let h = (horizon / self.cfg.bucket_secs as f64).ceil() as usize + 1;
+        let Ok(f) = self.forecaster.forecast(&series, h, &Choice::Auto) else { return 0 };
+        let Some(q) = f.quantile(self.cfg.quantile) else { return 0 };
+        let k0 = ((o.unix - f.start as f64) / f.step as f64).floor().max(0.0) as usize;
+        let mut peak = q.iter().skip(k0).take(h).copied().fold(o.arrival_rate, f64::max);
+        // The fleet is sized minute by minute, and a forecast in buckets averages
+        // away the minute peaks a lease of hours must survive: the same hours a
+        // day and a week earlier show them.
+        let now_min = o.history.len();
+        let lease_min = (horizon / 60.0).ceil() as usize;
+        for back in [1440usize, 7 * 1440] {
+            if let Some(start) = now_min.checked_sub(back) {
+                let end = (start + lease_min).min(now_min);
+                peak = o.history[start..end].iter().copied().fold(peak, f64::max);
+            }
+        }
+        // Sized as the policy sizes: for the arrivals' measured burstiness and
+        // the learned headroom, and never below what runs now.
+        let dispersion = if self.cfg.measure_dispersion { o.dispersion } else { 1.0 };
+        let replicas = self.cap.replicas_for(peak * self.headroom.factor(), dispersion);
+        let nodes = self.cap.nodes_for(replicas.max(o.ready as u32).max(self.cap.min_replicas));
+        reserved.saturating_sub(nodes)
+    }
+
+    fn refit(&mut self, o: &Observation<'_>) {
+        let Some(series) = self.series(o) else { return };
         let h = ((self.cfg.lookahead_secs + self.cfg.refit_secs) / self.cfg.bucket_secs as f64).ceil() as usize + 2;
         let choice = match &self.fit {
             Some((_, f)) if o.t - self.selected_at < self.cfg.reselect_secs => Choice::Reuse(f.selection.clone()),
@@ -261,9 +310,17 @@ impl Policy for Predictive {
     fn learned(&self) -> Option<Learned> {
         self.capacity.as_ref().map(Estimator::estimate)
     }
+    fn offers(&self) -> Option<(f64, &[(f64, u32)])> {
+        self.cfg.spare_horizon_secs.map(|h| (h, self.offers.as_slice()))
+    }
     fn decide(&mut self, o: &Observation<'_>) -> Decision {
         if self.fit.as_ref().is_none_or(|(at, _)| o.t - at >= self.cfg.refit_secs) {
             self.refit(o);
+        }
+        if let Some(h) = self.cfg.spare_horizon_secs.filter(|_| o.t >= self.next_offer) {
+            let n = self.offer(o, h, o.reserved_nodes);
+            self.offers.push((o.t, n));
+            self.next_offer = o.t + 3600.0;
         }
         let upper: Option<Vec<f64>> = self.fit.as_ref().and_then(|(_, f)| {
             let q = f.quantile(self.cfg.quantile)?;

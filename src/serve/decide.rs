@@ -153,7 +153,7 @@ pub(super) fn blind_decision(
 }
 
 /// Sizing input from the workload, its profile and forecast values; no live readings yet.
-fn predictive_input<'a>(
+pub(super) fn predictive_input<'a>(
     w: &Workload,
     state: &WorkloadState,
     sizing: &SizingSettings,
@@ -180,7 +180,7 @@ fn predictive_input<'a>(
 }
 
 /// The forecast's `quantile` values from the step that contains `now` on.
-fn forecast_from_now(f: &ForecastView, quantile: f64, now_secs: f64) -> Result<&[f64], Unusable> {
+pub(super) fn forecast_from_now(f: &ForecastView, quantile: f64, now_secs: f64) -> Result<&[f64], Unusable> {
     let q = f.quantiles.iter().find(|q| (q.quantile - quantile).abs() < 1e-9).ok_or(Unusable::NoQuantile(quantile))?;
     let step = f.step_secs.max(1) as f64;
     let k0 = ((now_secs - f.start_unix as f64) / step).floor().max(0.0) as usize;

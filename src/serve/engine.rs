@@ -22,7 +22,8 @@ use tracing::{debug, info, warn};
 use super::{
     decide::{blind_decision, decide, reactive_decision, unix},
     outcome::NoDecision,
-    refit::Refitter,
+    refit::{ForecastView, Refitter},
+    spare::{self, PoolSpare},
     state::{PoolState, Registry, SignalReading, WorkloadState},
 };
 use crate::{
@@ -59,6 +60,12 @@ struct Slot {
     refit_pending: Vec<u64>,
     /// When the next refit is due.
     refit_due: Option<SystemTime>,
+    /// The target forecast hours ahead for the spare-capacity plan, its job, and when the next is due.
+    spare_forecast: Option<Arc<ForecastView>>,
+    spare_pending: Option<u64>,
+    spare_due: Option<SystemTime>,
+    /// The target signal's highest reading over the same hours a day and a week ago.
+    spare_floor: Option<f64>,
 }
 
 /// The control loop's state.
@@ -90,6 +97,9 @@ const QUEUE_TIME_FIRST_BUCKET_SECS: f64 = 0.3;
 /// or at the refit interval if that is shorter. A fit that fails for want of
 /// data fails in microseconds, and history can arrive at once (a backfill).
 const RETRY_SECS: u64 = 5;
+
+/// How often the spare plan's hours-ahead forecasts are refitted (or the refit interval, if longer).
+const SPARE_REFIT_SECS: u64 = 1800;
 
 impl Engine {
     pub fn new(settings: &Settings, registry: Arc<Registry>, store: Arc<Store>) -> Self {
@@ -146,6 +156,8 @@ impl Engine {
                         // Refit now with the new settings; a fit still running with the old ones is dropped.
                         s.refit_due = None;
                         s.refit_pending.clear();
+                        s.spare_due = None;
+                        s.spare_pending = None;
                     }
                     s
                 }
@@ -159,6 +171,10 @@ impl Engine {
                     capacity: Estimator::new(w.profile.concurrency_per_replica),
                     refit_pending: Vec::new(),
                     refit_due: None,
+                    spare_forecast: None,
+                    spare_pending: None,
+                    spare_due: None,
+                    spare_floor: None,
                 },
             };
             self.slots.push(slot);
@@ -295,7 +311,8 @@ impl Engine {
         }
         let view = self.cluster_view();
         let plan = self.plan(now, view.as_deref());
-        self.publish(plan, view);
+        let spare = self.spare(now, view.as_deref());
+        self.publish(plan, spare, view);
     }
 
     /// The node plan for every workload's replica timeline (none without pools).
@@ -371,6 +388,14 @@ impl Engine {
     fn refits(&mut self, now: SystemTime) {
         let finished = self.refitter.finished();
         for done in finished {
+            if done.spare {
+                if let Some(slot) = self.slots.iter_mut().find(|s| s.spare_pending == Some(done.id)) {
+                    slot.spare_pending = None;
+                    // No hours-ahead forecast: the spare plan holds this workload at its current replicas.
+                    slot.spare_forecast = done.outcome.ok();
+                }
+                continue;
+            }
             // A workload removed or changed since the job was queued has a new slot: drop the result.
             let Some(slot) = self.slots.iter_mut().find(|s| s.refit_pending.contains(&done.id)) else {
                 continue;
@@ -430,17 +455,51 @@ impl Engine {
                 slot.refit_pending.push(self.next_job);
             }
         }
+        // Hours-ahead forecasts for the spare plan, less often: they change slowly and cost more.
+        let Some(&longest) = self.sizing.spare_horizons_secs.last() else { return };
+        if self.pools.is_empty() && self.cluster.is_none() {
+            return;
+        }
+        let every = self.forecast.refit_interval.max(std::time::Duration::from_secs(SPARE_REFIT_SECS));
+        for slot in
+            self.slots.iter_mut().filter(|s| s.spare_pending.is_none() && s.spare_due.is_none_or(|due| now >= due))
+        {
+            self.next_job += 1;
+            let lead = longest as f64 + every.as_secs_f64();
+            self.refitter.submit_spare(self.next_job, &slot.workload, now, &self.forecast, lead);
+            slot.spare_pending = Some(self.next_job);
+            slot.spare_due = Some(now + every);
+            slot.spare_floor = seasonal_peak(&self.store, &slot.workload, now, lead);
+        }
     }
 
-    fn publish(&self, plan: Option<Arc<Plan>>, view: Option<Arc<ClusterView>>) {
+    /// Each pool's spare-capacity offers (none without pools or horizons).
+    fn spare(&self, now: SystemTime, view: Option<&ClusterView>) -> Option<Vec<PoolSpare>> {
+        let pools = view.map_or(self.pools.as_slice(), |v| v.pools.as_slice());
+        let inputs: Vec<spare::Input<'_>> = self
+            .slots
+            .iter()
+            .map(|s| spare::Input {
+                workload: &s.workload,
+                state: &s.state,
+                forecast: s.spare_forecast.as_ref(),
+                floor: s.spare_floor,
+            })
+            .collect();
+        spare::plan(unix(now) as i64, &self.sizing, pools, &self.reservations, &inputs)
+    }
+
+    fn publish(&self, plan: Option<Arc<Plan>>, spare: Option<Vec<PoolSpare>>, view: Option<Arc<ClusterView>>) {
         let ready = self.slots.iter().all(|s| s.state.decided_at.is_some());
         let pools = view
             .as_ref()
             .map_or(self.pools.as_slice(), |v| v.pools.as_slice())
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(i, p)| {
                 let pp = plan.as_ref().and_then(|plan| plan.pools.iter().find(|pp| pp.name == p.name).cloned());
-                PoolState::new(p, &self.reservations, pp)
+                let offers = spare.as_ref().and_then(|s| s.get(i).cloned());
+                PoolState::new(p, &self.reservations, pp, offers)
             })
             .collect();
         let configs = self.slots.iter().map(|s| s.workload.clone()).collect();
@@ -529,4 +588,21 @@ fn slo_held(w: &Workload, wait_late: bool, itl_p90: Option<f64>) -> Option<bool>
         (false, Some(_), None) => None,
         (false, None, _) => Some(true),
     }
+}
+
+/// The highest stored reading of `w`'s target over [now, now + `secs`] a day
+/// and a week earlier. The spare plan sizes a lease of hours for it too: the
+/// fleet is sized minute by minute, and a forecast's quantile at one step
+/// does not promise that no minute of the lease peaks above it.
+fn seasonal_peak(store: &Store, w: &Workload, now: SystemTime, secs: f64) -> Option<f64> {
+    let series = series(&w.key(), w.target.signal);
+    [86_400u64, 7 * 86_400]
+        .iter()
+        .filter_map(|back| {
+            let from = now.checked_sub(std::time::Duration::from_secs(*back))?;
+            let to = from + std::time::Duration::from_secs_f64(secs);
+            store.range(&series, from, to).ok()
+        })
+        .flat_map(|h| h.values.into_iter().filter(|v| v.is_finite()))
+        .reduce(f64::max)
 }

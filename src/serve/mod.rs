@@ -4,7 +4,8 @@
 //! are refitted off the tick ([`refit`]), and the published answers sit in a
 //! lock-free registry the scaler and the HTTP API read ([`state`]). Why a
 //! tick has no decision, or no usable forecast, is typed in [`outcome`].
-//! Workloads with prefill/decode roles get a decision per role ([`roles`]).
+//! Workloads with prefill/decode roles get a decision per role ([`roles`]);
+//! pools get a spare-capacity forecast for batch work ([`spare`]).
 
 pub mod collector;
 mod decide;
@@ -12,4 +13,5 @@ pub mod engine;
 pub mod outcome;
 pub(crate) mod refit;
 pub mod roles;
+pub mod spare;
 pub mod state;

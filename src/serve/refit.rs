@@ -71,6 +71,9 @@ struct Job {
     id: u64,
     key: String,
     signal: Signal,
+    /// A forecast hours ahead for the spare-capacity plan, selected by its
+    /// own backtest over that horizon (not the one sizing uses).
+    spare: bool,
     /// How far ahead to forecast: the profile's cold start plus the refit interval.
     lead_secs: f64,
     now: SystemTime,
@@ -82,6 +85,7 @@ pub(crate) struct Done {
     pub(crate) id: u64,
     pub(crate) key: String,
     pub(crate) signal: Signal,
+    pub(crate) spare: bool,
     pub(crate) outcome: Outcome,
 }
 
@@ -99,18 +103,18 @@ impl Refitter {
         let spawned = thread::Builder::new().name("foresight-refit".into()).spawn(move || {
             let mut selections = Selections::new();
             for job in job_rx {
-                let (id, key, signal) = (job.id, job.key.clone(), job.signal);
+                let (id, key, signal, spare) = (job.id, job.key.clone(), job.signal, job.spare);
                 // A bug in one fit must not stop every later forecast: it becomes that workload's error.
                 let outcome = panic::catch_unwind(AssertUnwindSafe(|| refit(&store, &job, &mut selections)))
                     .unwrap_or_else(|_| {
-                        selections.remove(&series(&key, signal));
+                        selections.remove(&selection_key(&key, signal, spare));
                         Err(RefitError::Panicked)
                     });
                 match &outcome {
                     Ok(f) => debug!(workload = %key, model = %f.model, regime = f.regime.as_str(), fit_ms = f.fit_ms, "forecast refitted"),
                     Err(e) => debug!(workload = %key, error = %e, "no forecast"),
                 }
-                if done_tx.send(Done { id, key, signal, outcome }).is_err() {
+                if done_tx.send(Done { id, key, signal, spare, outcome }).is_err() {
                     return;
                 }
             }
@@ -140,12 +144,27 @@ impl Refitter {
             id,
             key: w.key(),
             signal,
+            spare: false,
             // Until the next refit, [now, now + cold start] must stay covered.
             lead_secs: cold_start + settings.refit_interval.as_secs_f64(),
             now,
             settings: settings.clone(),
         };
         // A closed channel means the worker is gone; the workload just keeps its last forecast.
+        let _ = self.jobs.send(job);
+    }
+
+    /// Queue a forecast of `w`'s target `lead_secs` ahead for the spare-capacity plan.
+    pub(crate) fn submit_spare(
+        &self,
+        id: u64,
+        w: &Workload,
+        now: SystemTime,
+        settings: &Arc<ForecastSettings>,
+        lead_secs: f64,
+    ) {
+        let job =
+            Job { id, key: w.key(), signal: w.target.signal, spare: true, lead_secs, now, settings: settings.clone() };
         let _ = self.jobs.send(job);
     }
 
@@ -164,6 +183,17 @@ struct SelectionKey {
     signal: Signal,
     horizon: usize,
     settings: ForecastSettings,
+}
+
+/// Where a series' selection is kept: the spare-capacity forecast's apart
+/// from sizing's, as each is backtested over its own horizon.
+fn selection_key(key: &str, signal: Signal, spare: bool) -> String {
+    let s = series(key, signal);
+    if spare {
+        s + "#spare"
+    } else {
+        s
+    }
 }
 
 /// Reads the history and fits: a full selection when the last one is older
@@ -192,7 +222,7 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
         ..ForecasterConfig::default()
     })?;
     let key = SelectionKey { signal: job.signal, horizon, settings: job.settings.as_ref().clone() };
-    let at = series(&job.key, job.signal);
+    let at = selection_key(&job.key, job.signal, job.spare);
     let choice = match selections.get(&at) {
         Some((made_for, sel, at))
             if *made_for == key

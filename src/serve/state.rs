@@ -22,6 +22,7 @@ use crate::{
         outcome::{ser_display, NoDecision, RefitError},
         refit::ForecastView,
         roles::RoleState,
+        spare::PoolSpare,
     },
     sizing::{learned::Learned, reactive::Decision},
     sources::{health::SourceStatus, Signal},
@@ -97,10 +98,17 @@ pub struct PoolState {
     /// What a CapacityBuffer's `spec.replicas` (or the balloon Deployment) should be:
     /// the plan's `buffer_nodes`.
     pub capacity_buffer_replicas: Option<u32>,
+    /// Reserved nodes the plan over hours leaves idle throughout each lease length.
+    pub spare: Option<PoolSpare>,
 }
 
 impl PoolState {
-    pub(crate) fn new(pool: &Pool, reservations: &[Reservation], plan: Option<PoolPlan>) -> Self {
+    pub(crate) fn new(
+        pool: &Pool,
+        reservations: &[Reservation],
+        plan: Option<PoolPlan>,
+        spare: Option<PoolSpare>,
+    ) -> Self {
         PoolState {
             name: pool.name.clone(),
             metric: metric_name(&format!("pool-{}", pool.name), "buffer"),
@@ -108,6 +116,7 @@ impl PoolState {
             reservations: reservations.iter().filter(|r| r.pool == pool.name).cloned().collect(),
             capacity_buffer_replicas: plan.as_ref().map(|p| p.buffer_nodes),
             plan,
+            spare,
         }
     }
 }
