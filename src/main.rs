@@ -17,7 +17,21 @@ fn limit_malloc_arenas() {
     }
 }
 
+/// Let a report command die of SIGPIPE like other Unix tools when its
+/// reader closes early; Rust ignores the signal, so `println!` would panic.
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called from main before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     limit_malloc_arenas();
-    foresight::cli::run(foresight::cli::Cli::parse())
+    let cli = foresight::cli::Cli::parse();
+    if cli.is_report() {
+        default_sigpipe();
+    }
+    foresight::cli::run(cli)
 }

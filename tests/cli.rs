@@ -352,3 +352,21 @@ fn spare_horizons_are_checked() {
     let (code, _, err) = check(&format!("sizing: {{spare_horizons_secs: []}}\n{GOOD}"));
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn a_report_whose_reader_goes_away_ends_quietly() {
+    // `foresight check-config f.yaml | head -1`: the pipe closes before or while it prints.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    let mut child = std::process::Command::new(crate::common::bin())
+        .args(["check-config", path.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}

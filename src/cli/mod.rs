@@ -35,6 +35,16 @@ pub struct Cli {
     command: Command,
 }
 
+impl Cli {
+    /// A command that prints a report and exits, rather than a server: it
+    /// should end quietly when its reader goes away (`... | head`), as Unix
+    /// tools do, instead of panicking on the broken pipe. Servers keep
+    /// SIGPIPE ignored, so a client that hangs up is an error, not an exit.
+    pub fn is_report(&self) -> bool {
+        !matches!(self.command, Command::Serve { .. } | Command::VllmSim(SimCommand::Serve { .. }))
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the KEDA external scaler (gRPC) and the HTTP server.
