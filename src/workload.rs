@@ -9,10 +9,7 @@ use serde::Deserialize;
 
 use crate::{
     capacity::Shape,
-    sizing::{
-        profile::Profile,
-        roles::{RoleCapacity, RoleKind},
-    },
+    sizing::{profile::Profile, roles::RoleKind},
     sources::{Signal, SourceConfig},
 };
 
@@ -62,26 +59,6 @@ pub(crate) const ROLE_SIGNALS: [Signal; 4] = [
 ];
 
 impl Role {
-    /// What one replica sustains, from the role's profile. The time per
-    /// output token is the profile's measured one (sequences / generated
-    /// tokens per second) when it states both, else its ITL SLO, the most
-    /// a token may take.
-    pub(crate) fn capacity(&self) -> Option<RoleCapacity> {
-        let p = &self.profile;
-        let itl_secs = match (p.generation_tokens_per_sec, &p.slo) {
-            (Some(g), _) => p.concurrency_per_replica / g,
-            (None, Some(slo)) => slo.itl_secs,
-            (None, None) => return None,
-        };
-        Some(RoleCapacity {
-            prefill_tokens_per_sec: p.prefill_tokens_per_sec,
-            sequences: p.concurrency_per_replica,
-            generation_tokens_per_sec: p.generation_tokens_per_sec,
-            kv_cache_tokens: p.kv_cache_tokens,
-            itl_secs,
-        })
-    }
-
     /// The role's replica shape: its profile's, under its `shape:` fields.
     pub(crate) fn config_shape(&self) -> Shape {
         stated(self.profile.shape(), self.shape.as_ref())

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use crate::{config::Settings, serve::state::metric_name, sizing::roles::RoleKind};
+use crate::{config::Settings, serve::roles::role_metric, sizing::roles::RoleKind};
 
 /// Validate `file`, print what it configures; exit 1 if invalid.
 pub(super) fn run(file: &std::path::Path) -> ExitCode {
@@ -50,7 +50,7 @@ pub(super) fn run(file: &std::path::Path) -> ExitCode {
                     println!(
                         "    role {}: metric {}, model {}, replicas {}..={}, sized on {on}",
                         r.kind,
-                        metric_name(&format!("{}-{}", w.name, r.kind), "replicas"),
+                        role_metric(&w.name, r.kind),
                         p.name,
                         r.min_replicas,
                         r.max_replicas

@@ -10,7 +10,6 @@ use crate::{
     config::load_profile,
     replay::roles::{compare, fleet_demand, Comparison},
     replay::servegen::{ClientTrace, TokenMeans},
-    workload::Role,
 };
 
 #[derive(clap::Args)]
@@ -39,9 +38,8 @@ struct Row {
 
 pub(crate) fn run_compare_roles(args: &CompareRolesArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let profile = load_profile(&args.model_profile).context("loading the model profile")?;
-    let role =
-        Role { kind: crate::sizing::roles::RoleKind::Decode, profile, min_replicas: 0, max_replicas: 0, shape: None };
-    let cap = role.capacity().context("the profile states neither generation_tokens_per_sec nor slo.itl_secs")?;
+    let cap =
+        profile.role_capacity().context("the profile states neither generation_tokens_per_sec nor slo.itl_secs")?;
     let (dir, model, clients) = load_clients(&args.servegen, &[])?;
     let means_path = dir.parent().map(|p| p.join("token_means_6h.csv")).unwrap_or_default();
     let body = std::fs::read_to_string(&means_path).with_context(|| format!("reading {}", means_path.display()))?;
@@ -49,7 +47,7 @@ pub(crate) fn run_compare_roles(args: &CompareRolesArgs, out: &mut dyn Write) ->
     if means.clients() == 0 {
         bail!("{} has no rows for model {model}", means_path.display());
     }
-    let gpus = role.profile.gpus_per_replica;
+    let gpus = profile.gpus_per_replica;
     let row = |name: String, cs: &[ClientTrace]| -> anyhow::Result<Row> {
         let d = fleet_demand(cs, &means);
         Ok(Row { deployment: name, comparison: compare(&d.windows, &cap, gpus)?, imputed_share: d.imputed_share })
@@ -70,7 +68,7 @@ pub(crate) fn run_compare_roles(args: &CompareRolesArgs, out: &mut dyn Write) ->
     writeln!(
         out,
         "ServeGen {model}: each 10-minute window sized for its mean demand with {} ({} GPU per replica); GPU-hours over {} days",
-        role.profile.name,
+        profile.name,
         gpus,
         rows[0].comparison.windows as f64 / 144.0
     )?;

@@ -55,7 +55,7 @@ pub(super) fn validate_roles(
                 ),
             );
         }
-        if profile.generation_tokens_per_sec.is_none() && profile.slo.is_none() {
+        if profile.role_capacity().is_none() {
             bad(
                 field("model"),
                 format!(

@@ -182,10 +182,12 @@ pub(super) fn predictive_input<'a>(
 /// The forecast's `quantile` values from the step that contains `now` on.
 pub(super) fn forecast_from_now(f: &ForecastView, quantile: f64, now_secs: f64) -> Result<&[f64], Unusable> {
     let q = f.quantiles.iter().find(|q| (q.quantile - quantile).abs() < 1e-9).ok_or(Unusable::NoQuantile(quantile))?;
-    let step = f.step_secs.max(1) as f64;
-    let k0 = ((now_secs - f.start_unix as f64) / step).floor().max(0.0) as usize;
-    if k0 >= q.values.len() {
-        return Err(Unusable::RunOut { fitted_at: f.fitted_at.clone() });
-    }
-    Ok(&q.values[k0..])
+    from_now(f, &q.values, now_secs).ok_or_else(|| Unusable::RunOut { fitted_at: f.fitted_at.clone() })
+}
+
+/// `values`, one of `f`'s series, from the step that contains `now_secs` on;
+/// `None` once now is past its last step.
+pub(super) fn from_now<'a>(f: &ForecastView, values: &'a [f64], now_secs: f64) -> Option<&'a [f64]> {
+    let k0 = ((now_secs - f.start_unix as f64) / f.step_secs.max(1) as f64).floor().max(0.0) as usize;
+    values.get(k0..).filter(|v| !v.is_empty())
 }

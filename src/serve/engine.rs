@@ -198,6 +198,7 @@ impl Engine {
                 }
             }
             slot.state.source = self.health.get(&key);
+            slot.state.pods = self.store.latest(&pods_series(&key)).map(|(v, _)| v as u32);
             // The fast correction: each new p99 queue wait past the profile's wait budget means
             // more than the SLO's 1% waited too long, so the loads sized for are raised at once.
             if let Some((p99, at)) = self.store.latest(&series(&key, Signal::QueueWaitP99)) {
@@ -210,11 +211,10 @@ impl Engine {
                     let read = |s: Signal| slot.state.signals.get(&s).map(|r| r.value);
                     let load = read(Signal::Running)
                         .or_else(|| Some(read(Signal::Concurrency)? - read(Signal::QueueDepth).unwrap_or(0.0)));
-                    let pods = self.store.latest(&pods_series(&key)).map(|(v, _)| v);
                     if let (Some(load), Some(pods), Some(held)) =
-                        (load, pods.filter(|p| *p >= 1.0), slo_held(w, late, read(Signal::ItlP90)))
+                        (load, slot.state.pods.filter(|p| *p >= 1), slo_held(w, late, read(Signal::ItlP90)))
                     {
-                        slot.capacity.observe(load / pods, held);
+                        slot.capacity.observe(load / f64::from(pods), held);
                     }
                 }
             }
@@ -261,7 +261,6 @@ impl Engine {
             let live = slot.state.signals.get(&w.target.signal).map(|r| r.value);
             slot.state.reactive_replicas =
                 live.and_then(|v| reactive_decision(w, &slot.state, v).ok()).map(|d| d.desired_replicas);
-            slot.state.pods = self.store.latest(&pods_series(&key)).map(|(v, _)| v as u32);
             // Shadow: KEDA gets the reactive answer; the predictive one is reported beside it.
             let decided = match (w.shadow, decided, live) {
                 // Shadow mode tells KEDA the reactive answer, and there is none on stale data.

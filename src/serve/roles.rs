@@ -40,14 +40,13 @@ pub struct RoleState {
 
 impl RoleState {
     pub(crate) fn new(w: &Workload, r: &Role) -> Self {
-        RoleState {
-            role: r.kind,
-            metric: metric_name(&format!("{}-{}", w.name, r.kind), "replicas"),
-            decision: None,
-            error: None,
-            placement: None,
-        }
+        RoleState { role: r.kind, metric: role_metric(&w.name, r.kind), decision: None, error: None, placement: None }
     }
+}
+
+/// The metric a role's ScaledObject reads: `foresight-<workload>-<role>-replicas`.
+pub(crate) fn role_metric(workload: &str, role: RoleKind) -> String {
+    metric_name(&format!("{workload}-{role}"), "replicas")
 }
 
 /// Why a role has no decision this tick: the scaler answers UNAVAILABLE.
@@ -119,7 +118,7 @@ fn decide_one(
     let predictive = sizing.policy == Policy::Predictive && !w.shadow;
     let forecasts = |s: Signal, quantile: f64| -> Option<&[f64]> {
         let f: &Arc<ForecastView> = state.demand_forecasts.get(&s)?;
-        from_now(f, quantile, now_secs)
+        quantile_from_now(f, quantile, now_secs)
     };
     // A length is a mean over the requests finished since the last poll: none
     // finished, no reading. The forecast's median stands in, then zero if
@@ -162,7 +161,7 @@ fn decide_one(
     } else {
         None
     };
-    let capacity = role.capacity().ok_or(RoleNoDecision::NoCapacity)?;
+    let capacity = role.profile.role_capacity().ok_or(RoleNoDecision::NoCapacity)?;
     let input = RoleInput {
         kind: role.kind,
         capacity,
@@ -181,12 +180,11 @@ fn decide_one(
 
 /// A forecast's values at `quantile` (0.5: the point forecast when no such
 /// quantile is kept) from the step containing `now_secs` on.
-fn from_now(f: &ForecastView, quantile: f64, now_secs: f64) -> Option<&[f64]> {
+fn quantile_from_now(f: &ForecastView, quantile: f64, now_secs: f64) -> Option<&[f64]> {
     let values = match f.quantiles.iter().find(|q| (q.quantile - quantile).abs() < 1e-9) {
         Some(q) => &q.values,
         None if (quantile - 0.5).abs() < 1e-9 => &f.point,
         None => return None,
     };
-    let k0 = ((now_secs - f.start_unix as f64) / f.step_secs.max(1) as f64).floor().max(0.0) as usize;
-    values.get(k0..).filter(|v| !v.is_empty())
+    super::decide::from_now(f, values, now_secs)
 }

@@ -94,6 +94,25 @@ impl Profile {
         }
     }
 
+    /// What one replica sustains, for role sizing. The time per output token
+    /// is the profile's measured one (sequences / generated tokens per
+    /// second) when it states both, else its ITL SLO, the most a token may
+    /// take; `None` with neither.
+    pub(crate) fn role_capacity(&self) -> Option<super::roles::RoleCapacity> {
+        let itl_secs = match (self.generation_tokens_per_sec, &self.slo) {
+            (Some(g), _) => self.concurrency_per_replica / g,
+            (None, Some(slo)) => slo.itl_secs,
+            (None, None) => return None,
+        };
+        Some(super::roles::RoleCapacity {
+            prefill_tokens_per_sec: self.prefill_tokens_per_sec,
+            sequences: self.concurrency_per_replica,
+            generation_tokens_per_sec: self.generation_tokens_per_sec,
+            kv_cache_tokens: self.kv_cache_tokens,
+            itl_secs,
+        })
+    }
+
     /// Image pull plus weights load: how long before serving a pod needs its node.
     pub(crate) fn pod_start_secs(&self) -> f64 {
         self.cold_start_secs.image_pull + self.cold_start_secs.weights_load
