@@ -8,7 +8,7 @@
 use std::{sync::LazyLock, time::Instant};
 
 use prometheus_client::{
-    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 use tracing_subscriber::{fmt, EnvFilter};
@@ -37,12 +37,24 @@ struct Counters {
     grpc_requests: Family<Labels, Counter>,
     grpc_seconds: Family<Labels, Histogram>,
     flush_errors: Counter,
+    prom_queries: Family<Labels, Counter>,
+    prom_poll_seconds: Histogram,
+    refits: Family<Labels, Counter>,
+    refit_lag: Histogram,
+    refit_waiting: Gauge,
 }
 
 static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
     source_errors: Family::default(),
     grpc_requests: Family::default(),
     flush_errors: Counter::default(),
+    prom_queries: Family::default(),
+    // 1 ms to ~33 s: one batched poll of thousands of workloads takes seconds.
+    prom_poll_seconds: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(1e-3, 2.0, 16)),
+    refits: Family::default(),
+    // 10 ms to ~1.5 h: from one fit on an idle worker to a backlog of thousands.
+    refit_lag: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.01, 2.0, 20)),
+    refit_waiting: Gauge::default(),
     // 50 us to ~1.6 s: GetMetrics answers from memory in microseconds.
     grpc_seconds: Family::new_with_constructor(|| {
         Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(5e-5, 2.0, 16))
@@ -74,6 +86,27 @@ pub fn grpc_call(method: &'static str, code: tonic::Code, took: std::time::Durat
     COUNTERS.grpc_requests.get_or_create(&labels).inc();
 }
 
+/// One HTTP query sent to a Prometheus-compatible source (`kind`: `instant` or `range`).
+pub(crate) fn prometheus_query(kind: &'static str) {
+    COUNTERS.prom_queries.get_or_create(&vec![("kind", kind.to_string())]).inc();
+}
+
+/// One poll of a Prometheus source (every signal of every workload it reads) took `secs`.
+pub(crate) fn prometheus_poll(secs: f64) {
+    COUNTERS.prom_poll_seconds.observe(secs);
+}
+
+/// A forecast fit finished (`ok` or `error`), `lag_secs` after the grid point it was due at.
+pub(crate) fn refit_done(ok: bool, lag_secs: f64) {
+    COUNTERS.refits.get_or_create(&vec![("outcome", if ok { "ok" } else { "error" }.to_string())]).inc();
+    COUNTERS.refit_lag.observe(lag_secs.max(0.0));
+}
+
+/// Fits waiting for a worker.
+pub(crate) fn refit_waiting(n: usize) {
+    COUNTERS.refit_waiting.set(n as i64);
+}
+
 /// Register the process counters (names as exposed, `foresight_` included).
 pub(crate) fn register(registry: &mut Registry) {
     registry.register(
@@ -95,6 +128,27 @@ pub(crate) fn register(registry: &mut Registry) {
         "foresight_grpc_request_duration_seconds",
         "KEDA scaler call latency (to the first message for streams)",
         COUNTERS.grpc_seconds.clone(),
+    );
+    registry.register("foresight_refits", "Forecast fits finished, by outcome", COUNTERS.refits.clone());
+    registry.register(
+        "foresight_refit_lag_seconds",
+        "Time from the grid point a fit was due at to its result: the fit plus its wait for a worker",
+        COUNTERS.refit_lag.clone(),
+    );
+    registry.register(
+        "foresight_refit_waiting",
+        "Forecast fits waiting for a worker at the last tick",
+        COUNTERS.refit_waiting.clone(),
+    );
+    registry.register(
+        "foresight_prometheus_queries",
+        "HTTP queries sent to Prometheus-compatible sources, by kind (instant, range)",
+        COUNTERS.prom_queries.clone(),
+    );
+    registry.register(
+        "foresight_prometheus_poll_duration_seconds",
+        "Time one poll of a Prometheus source took, every workload and signal it reads included",
+        COUNTERS.prom_poll_seconds.clone(),
     );
 }
 

@@ -96,3 +96,193 @@ fn forecasts_and_decisions_are_the_same_on_the_same_history_and_clock() {
     assert_eq!((da.desired_replicas, &da.reason), (db.desired_replicas, &db.reason));
     assert_eq!(sa.plan, sb.plan);
 }
+
+/// One workload's answers from one replica: (desired replicas, active).
+type Answer = (i64, bool);
+
+/// GetMetrics and IsActive for each of `workloads` from `c`.
+async fn answers(c: &mut ExternalScalerClient<tonic::transport::Channel>, workloads: &[&str]) -> Vec<Answer> {
+    let mut out = Vec::new();
+    for w in workloads {
+        let spec = c.get_metric_spec(so(w, "replicas")).await.unwrap().into_inner();
+        let req = GetMetricsRequest {
+            scaled_object_ref: Some(so(w, "replicas")),
+            metric_name: spec.metric_specs[0].metric_name.clone(),
+        };
+        let value = c.get_metrics(req).await.unwrap().into_inner().metric_values[0].metric_value;
+        out.push((value, c.is_active(so(w, "replicas")).await.unwrap().into_inner().result));
+    }
+    out
+}
+
+/// Has every workload a decision and a forecast?
+fn forecasting(s: &Server, n: usize) -> bool {
+    let Some(body) = common::http_get(s.http, "/api/v1/workloads") else { return false };
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    v["workloads"]
+        .as_array()
+        .is_some_and(|ws| ws.len() == n && ws.iter().all(|w| !w["forecast"].is_null() && !w["decision"].is_null()))
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+/// Three real binaries on one real Prometheus, started apart (the third
+/// half-way through), through a fall in demand: on every poll grid point
+/// after each has loaded history, all give the same GetMetrics and IsActive
+/// for every workload, scale-down hold included. Demand runs a 5-minute
+/// "day" so a fall and the hold it triggers happen within the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_started_apart_on_one_prometheus_agree_through_a_scale_down() {
+    if !common::tools::have("prometheus", &[common::tools::PROMETHEUS, common::tools::PROMTOOL]) {
+        return;
+    }
+    const DAY_SECS: f64 = 240.0;
+    const HISTORY_SECS: f64 = 3600.0;
+    let workloads = ["m-a", "m-b", "m-c"];
+    let dir = tempfile::tempdir().unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    // Live scraping starts on the next 10 s bucket; each fleet's history covers the hour before.
+    let live_from = (unix_now() / 10.0).ceil() * 10.0 + 10.0;
+    let origin = live_from - HISTORY_SECS;
+    let tsdb = dir.path().join("tsdb");
+    let mut targets = Vec::new();
+    for (k, name) in workloads.iter().enumerate() {
+        let fleet = format!(
+            "pods: 2\nmodel_name: {name}\nmax_num_seqs: 256\ndemand: {{requests_per_sec: {}, daily_amplitude: 0.8, weekend_factor: 1.0, day_length_secs: {DAY_SECS}, seed: {k}}}\n",
+            4 + 4 * k
+        );
+        let file = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&file, &fleet).unwrap();
+        let sim: foresight::fake_vllm::SimConfig = serde_yaml_ng::from_str(&fleet).unwrap();
+        let server = foresight::fake_vllm::server::SimServer::start(
+            foresight::fake_vllm::Fleet::new(sim, None, origin),
+            "127.0.0.1".parse().unwrap(),
+            shutdown.clone(),
+        )
+        .await
+        .unwrap();
+        let instances: Vec<String> = server
+            .urls
+            .iter()
+            .map(|u| u.trim_start_matches("http://").trim_end_matches("/metrics").to_string())
+            .collect();
+        let labels: Vec<String> = instances.iter().map(|i| format!("job=\"vllm\",instance=\"{i}\"")).collect();
+        common::import_history(&file, origin, live_from - 15.0, &labels, &tsdb);
+        targets.extend(instances);
+    }
+    while unix_now() < live_from - 1.0 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_prom, prom_port) = common::start_prometheus(dir.path(), &tsdb, &targets).await;
+
+    // Polls every 5 s on the wall-clock grid, 2 s after each grid point (scrapes every
+    // second, so a sample stamped before the grid point is in by then even on a busy
+    // machine); refits every minute, models chosen every two.
+    const POLL: f64 = 5.0;
+    const REFIT: f64 = 60.0;
+    let mut yaml = format!(
+        "grpc: {{listen: 127.0.0.1:0}}
+http: {{listen: 127.0.0.1:0}}
+tick_interval_secs: 0.25
+store: {{path: null, resolution_secs: 10}}
+forecast: {{refit_interval_secs: {REFIT}, reselect_interval_secs: 120, history_days: 0.042, seasons_secs: [{DAY_SECS}]}}
+sizing: {{scale_down_stabilization_secs: 60}}
+workloads:
+"
+    );
+    for name in workloads {
+        yaml.push_str(&format!(
+            "  - name: {name}
+    namespace: inference
+    model: llama-3.1-8b-h100
+    max_replicas: 50
+    target: {{signal: concurrency, per_replica: 4}}
+    source: {{prometheus: {{url: 'http://127.0.0.1:{prom_port}', selector: 'job=\"vllm\",model_name=\"{name}\"', interval_secs: {POLL}, query_delay_secs: 2, backfill_days: 0.05}}}}
+"
+        ));
+    }
+    let start = |k: usize| {
+        let d = dir.path().join(format!("replica-{k}"));
+        std::fs::create_dir_all(&d).unwrap();
+        Server::spawn(&d, &yaml, &[])
+    };
+    let wait_forecasting = |s: &Server| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !forecasting(s, workloads.len()) {
+            assert!(Instant::now() < deadline, "no forecasts in time; log:\n{}", s.log.lock().unwrap().join("\n"));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let a = tokio::task::block_in_place(|| start(0));
+    tokio::task::block_in_place(|| wait_forecasting(&a));
+    // The second starts about half a minute after the first.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let b = tokio::task::block_in_place(|| start(1));
+    tokio::task::block_in_place(|| wait_forecasting(&b));
+    // One batch for all three workloads: a range and an instant query per signal (7) per poll, not 42.
+    assert!(!a.log_lines_with(&["polling Prometheus", "\"workloads\":3", "\"queries_per_poll\":14"]).is_empty());
+    let text = common::http_get(a.http, "/metrics").unwrap();
+    assert!(text.contains("foresight_prometheus_queries_total{kind=\"instant\"}"), "{text}");
+
+    let mut replicas = vec![a, b];
+    let mut clients = Vec::new();
+    for s in &replicas {
+        clients.push(ExternalScalerClient::connect(s.grpc_url()).await.unwrap());
+    }
+    let (mut compared, mut skipped, mut third_compared) = (0, 0, 0);
+    let mut seen: Vec<Vec<i64>> = vec![Vec::new(); workloads.len()];
+    let begin = unix_now();
+    let end = begin + DAY_SECS;
+    let mut third: Option<Server> = None;
+    while unix_now() < end {
+        // Sample 2.5 s after each poll (grid point + 2 s query delay), when every replica has taken it in.
+        let now = unix_now();
+        let g = (now / POLL).floor() * POLL;
+        let at = if now < g + 4.5 { g + 4.5 } else { g + POLL + 4.5 };
+        tokio::time::sleep(Duration::from_secs_f64(at - now)).await;
+        if third.is_none() && replicas.len() == 2 && unix_now() > begin + DAY_SECS * 0.3 {
+            third = Some(tokio::task::block_in_place(|| start(2)));
+        }
+        if let Some(t) = third.take() {
+            if forecasting(&t, workloads.len()) {
+                clients.push(ExternalScalerClient::connect(t.grpc_url()).await.unwrap());
+                replicas.push(t);
+            } else {
+                third = Some(t);
+            }
+        }
+        // A refit lands in each replica when its worker reaches it: not compared for 10 s after a refit grid point.
+        let grid_at = (at / POLL).floor() * POLL;
+        if grid_at.rem_euclid(REFIT) < 10.0 {
+            skipped += 1;
+            continue;
+        }
+        let mut got = Vec::new();
+        for c in clients.iter_mut() {
+            got.push(answers(c, &workloads).await);
+        }
+        if got.iter().any(|g| g != &got[0]) {
+            // Every replica's own account of each workload, to see which input differed.
+            let views: Vec<String> =
+                replicas.iter().map(|r| common::http_get(r.http, "/api/v1/workloads").unwrap_or_default()).collect();
+            panic!("replicas disagree at grid point {grid_at}: {got:?}\n{}", views.join("\n\n"));
+        }
+        for (w, (desired, _)) in got[0].iter().enumerate() {
+            seen[w].push(*desired);
+        }
+        compared += 1;
+        if got.len() == 3 {
+            third_compared += 1;
+        }
+    }
+    eprintln!("compared {compared} grid points ({third_compared} with the third), skipped {skipped}; desired replicas seen: {seen:?}");
+    assert!(
+        compared >= 40 && third_compared >= 10,
+        "compared {compared} grid points ({third_compared} with the third), skipped {skipped}"
+    );
+    // Demand fell: some workload scaled down while compared.
+    assert!(seen.iter().any(|s| s.windows(2).any(|w| w[1] < w[0])), "no scale-down happened while compared: {seen:?}");
+    shutdown.cancel();
+}

@@ -8,13 +8,9 @@
 
 use crate::common;
 
-use std::{
-    process::{Command, Stdio},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
-};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use foresight::{
-    cli::tools::sim_export,
     fake_vllm::{server::SimServer, Fleet, SimConfig},
     store::{Store, StoreConfig},
 };
@@ -67,53 +63,15 @@ async fn backfilled_and_polled_rates_match_what_the_pods_emitted() {
         server.urls.iter().map(|u| u.trim_start_matches("http://").trim_end_matches("/metrics").to_string()).collect();
 
     // History as Prometheus would have scraped it (every 15 s), labelled as the live series will be.
-    let om = dir.path().join("history.om");
     let labels: Vec<String> = instances.iter().map(|i| format!("job=\"vllm\",instance=\"{i}\"")).collect();
-    {
-        let mut out = std::io::BufWriter::new(std::fs::File::create(&om).unwrap());
-        sim_export(&fleet_file, origin, origin, live_from - 15.0, 15.0, &labels, &mut out).unwrap();
-    }
     let tsdb = dir.path().join("tsdb");
-    let made = Command::new("promtool")
-        .args(["tsdb", "create-blocks-from", "openmetrics"])
-        .arg(&om)
-        .arg(&tsdb)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "promtool: {}", String::from_utf8_lossy(&made.stderr));
+    common::import_history(&fleet_file, origin, live_from - 15.0, &labels, &tsdb);
 
-    let prom_port = common::free_port();
-    let prom_cfg = dir.path().join("prometheus.yml");
-    let targets: Vec<String> = instances.iter().map(|i| format!("'{i}'")).collect();
-    std::fs::write(
-        &prom_cfg,
-        format!(
-            "global: {{scrape_interval: 1s, scrape_timeout: 900ms}}\nscrape_configs:\n  - job_name: vllm\n    static_configs:\n      - targets: [{}]\n",
-            targets.join(", ")
-        ),
-    )
-    .unwrap();
     // Wait to start scraping until the history ends, so live samples follow it.
     while now() < live_from - 1.0 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let _prom = common::Kill(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", prom_cfg.display()))
-            .arg(format!("--storage.tsdb.path={}", tsdb.display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .arg("--storage.tsdb.retention.time=30d")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(dir.path().join("prometheus.log")).unwrap()))
-            .spawn()
-            .unwrap(),
-    );
-    let prom_addr: std::net::SocketAddr = format!("127.0.0.1:{prom_port}").parse().unwrap();
-    let started = Instant::now();
-    while common::http_status(prom_addr, "/-/ready") != Some(200) {
-        assert!(started.elapsed() < Duration::from_secs(60), "Prometheus did not get ready");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (_prom, prom_port) = common::start_prometheus(dir.path(), &tsdb, &instances).await;
 
     let store_path = dir.path().join("history.redb");
     let config = format!(

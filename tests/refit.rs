@@ -74,8 +74,16 @@ fn stored_history_is_forecast_over_the_cold_start_look_ahead() {
     assert_eq!(f.point.len(), 18);
     assert_eq!(f.step_secs, 60);
     assert!(f.backtest_mase.is_some_and(|m| m < 0.5), "model {} scored {:?}", f.model, f.backtest_mase);
+    // Each workload refits on its own phase of the refit interval (the same in
+    // every replica): this fit is as of a point within the last 600 s, and
+    // forecasts from the minute that holds it.
+    let secs =
+        |rfc: &str| humantime::parse_rfc3339(rfc).unwrap().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let (fitted, start) = (secs(&f.fitted_at), secs(&f.start));
+    assert!(fitted <= now_secs && fitted > now_secs - 600.0, "fitted as of {}", f.fitted_at);
+    assert_eq!(start, (fitted / 60.0).floor() * 60.0);
     for (k, p) in f.point.iter().enumerate() {
-        let truth = demand(now_secs + 60.0 * k as f64);
+        let truth = demand(start + 60.0 * k as f64);
         assert!((p - truth).abs() < 0.5, "step {k}: forecast {p}, truth {truth} (model {})", f.model);
     }
     let p90 = &f.quantiles.iter().find(|q| q.quantile == 0.9).unwrap().values;
@@ -84,8 +92,10 @@ fn stored_history_is_forecast_over_the_cold_start_look_ahead() {
     // The forecast shows in the HTTP API's JSON.
     let json = serde_json::to_value(&s.forecast).unwrap();
     assert_eq!(json["regime"], "daily");
-    assert_eq!(json["start"], "2027-01-15T08:00:00.000Z");
-    assert_eq!(json["selected_at"], json["fitted_at"]);
+    assert_eq!(json["start"], f.start.as_str());
+    // The model was chosen on this series' six-hourly grid, as of its last point.
+    let selected = secs(json["selected_at"].as_str().unwrap());
+    assert!(selected <= fitted && selected > fitted - 6.0 * 3600.0, "selected as of {}", json["selected_at"]);
 
     // Ten minutes later (the default refit interval) the model is refitted, not chosen again.
     let more: Vec<f64> = (0..10).map(|i| demand(now_secs + 60.0 * i as f64)).collect();
@@ -97,15 +107,19 @@ fn stored_history_is_forecast_over_the_cold_start_look_ahead() {
     let g = s.forecast.unwrap();
     assert_eq!(g.selected_at, f.selected_at, "a refit within the reselect interval reuses the selection");
     assert_eq!((g.model.as_str(), g.candidates.len()), (f.model.as_str(), f.candidates.len()));
-    assert_eq!(g.start, "2027-01-15T08:10:00.000Z");
+    assert_eq!(secs(&g.start), start + 600.0, "the next fit is one refit interval later");
 
     // An hour after the signal went silent, stale history is not forecast.
     let silent = later + Duration::from_secs(3600);
     let s = tick_until(&mut engine, &registry, silent, |s| s.forecast_error.is_some());
     assert!(s.forecast.is_none());
-    assert!(matches!(s.forecast_error, Some(RefitError::Silent { secs: 3600, .. })), "{:?}", s.forecast_error);
+    // Silent from the end of the history to the grid point the refit is as of (within the last 600 s).
+    let Some(RefitError::Silent { secs: quiet, .. }) = s.forecast_error.clone() else {
+        panic!("{:?}", s.forecast_error)
+    };
+    assert!(quiet > 3000 && quiet <= 3600, "{quiet}");
     let why = s.forecast_error.unwrap().to_string();
-    assert!(why.starts_with("no `concurrency` recorded in the last 3600 s"), "{why}");
+    assert!(why.starts_with(&format!("no `concurrency` recorded in the last {quiet} s")), "{why}");
 }
 
 #[test]
@@ -178,7 +192,12 @@ fn with_a_forecast_replicas_are_sized_ahead_and_live_load_holds_scale_down() {
     });
     let d = s.decision.unwrap();
     let sz = d.sizing.clone().unwrap();
-    let p90 = &s.forecast.as_ref().unwrap().quantiles.iter().find(|q| q.quantile == 0.9).unwrap().values;
+    let f = s.forecast.as_ref().unwrap();
+    // The fit is as of this workload's refit phase (within the last 600 s): sizing reads it from now on.
+    let start =
+        humantime::parse_rfc3339(&f.start).unwrap().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let from_now = ((now_secs - start) / 60.0).floor() as usize;
+    let p90 = &f.quantiles.iter().find(|q| q.quantile == 0.9).unwrap().values[from_now..];
     // Sized for the peak within the 450 s cold start (9 one-minute steps, now included);
     // the replica timeline runs on to the forecast's end, for the node plan.
     assert_eq!(sz.timeline.len(), p90.len());

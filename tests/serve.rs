@@ -187,6 +187,8 @@ fn sample(body: &str, name: &str, labels: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scaler_call_is_timed_and_counted_by_method_and_code() {
+    // As `main` does: reqwest's rustls needs a crypto provider (another test may not have installed it first).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), &common::known_answers());
     s.wait_ready(Duration::from_secs(30));

@@ -21,14 +21,15 @@ fn a_stale_reading_gives_no_decision_and_a_fresh_one_does() {
     let registry = Registry::new();
     let mut engine = Engine::new(&settings, registry.clone(), store.clone());
     let now = SystemTime::now();
-    // stale_after defaults to three source intervals: 0.6 s here.
-    store.set_latest("inference/llama-8b/concurrency", now - Duration::from_secs(95), 100.0);
+    // stale_after defaults to three source intervals: 0.6 s here. (Older than the
+    // 300 s scale-down window too, so no hold keeps what it asked for.)
+    store.set_latest("inference/llama-8b/concurrency", now - Duration::from_secs(400), 100.0);
     engine.tick(now);
     let snap = registry.load();
     let s = snap.get("inference/llama-8b").unwrap();
     assert!(s.decision.is_none());
     let why = s.error.as_ref().unwrap().to_string();
-    assert!(why.starts_with("stale: the last `concurrency` reading is 95 s old"), "{why}");
+    assert!(why.starts_with("stale: the last `concurrency` reading is 400 s old"), "{why}");
     assert!(!snap.ready);
 
     store.set_latest("inference/llama-8b/concurrency", now, 33.0);

@@ -547,3 +547,44 @@ fn a_store_file_opens_once() {
     let err = Store::open(file_cfg(dir.path())).unwrap_err();
     assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
 }
+
+#[test]
+fn recent_values_are_kept_for_the_window() {
+    let s = mem();
+    s.keep_recent(Duration::from_secs(120));
+    for (secs, v) in [(0, 1.0), (30, 2.0), (60, 3.0), (150, 4.0)] {
+        s.set_latest("w/x", t(secs), v);
+    }
+    // An older reading is not the latest, and a second one at the same time replaces the first.
+    s.set_latest("w/x", t(10), 9.0);
+    s.set_latest("w/x", t(150), 5.0);
+    let got: Vec<(f64, u64)> =
+        s.recent("w/x", t(0)).iter().map(|(v, at)| (*v, at.duration_since(t(0)).unwrap().as_secs())).collect();
+    assert_eq!(got, vec![(2.0, 30), (3.0, 60), (5.0, 150)], "within 120 s of the newest");
+    assert_eq!(s.latest("w/x"), Some((5.0, t(150))));
+    assert_eq!(s.recent("w/x", t(60)).len(), 2);
+    assert!(s.recent("nothing", t(0)).is_empty());
+    // By default only the latest is kept.
+    let d = mem();
+    d.set_latest("w/x", t(0), 1.0);
+    d.set_latest("w/x", t(1), 2.0);
+    assert_eq!(d.recent("w/x", t(0)), vec![(2.0, t(1))]);
+}
+
+#[test]
+fn many_series_backfill_in_one_transaction_with_the_same_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(file_cfg(dir.path())).unwrap();
+    s.record("b", at(1), 42.0);
+    let a: Vec<f64> = (0..600).map(|i| i as f64).collect();
+    let b = vec![1.0, 2.0, f64::NAN];
+    s.backfill_many(&[("a", at(0), a.as_slice()), ("b", at(0), b.as_slice()), ("c", at(0), &[])]).unwrap();
+    assert_eq!(values(&s, "a", 0, 600), a, "across chunks");
+    // History already recorded wins; a NaN is a gap.
+    assert_eq!(values(&s, "b", 0, 3)[..2], [1.0, 42.0]);
+    assert!(values(&s, "b", 0, 3)[2].is_nan());
+    assert!(s.series_names().unwrap().iter().all(|n| n != "c"), "nothing to write, no series");
+    drop(s);
+    let s = Store::open(file_cfg(dir.path())).unwrap();
+    assert_eq!(values(&s, "a", 0, 600), a, "durable without a flush");
+}

@@ -131,6 +131,8 @@ pub(crate) struct ForecastSettings {
     pub(crate) quantiles: Vec<f64>,
     /// Seasonal periods in store buckets, shortest first.
     pub(crate) seasons: Vec<usize>,
+    /// Threads that fit forecasts; 0 for one per core.
+    pub(crate) refit_threads: usize,
 }
 
 /// Where and how history is kept.
@@ -363,6 +365,12 @@ fn validate(
         cache_bytes: (st.cache_mib.clamp(1, 65_536) as usize) << 20,
     };
     let fc = &raw.forecast;
+    if fc.refit_threads > 256 {
+        bad(
+            "forecast.refit_threads".into(),
+            format!("must be within 0..=256 (0: one per core), got {}", fc.refit_threads),
+        );
+    }
     if !(10.0..=86_400.0).contains(&fc.refit_interval_secs) {
         bad(
             "forecast.refit_interval_secs".into(),
@@ -420,6 +428,7 @@ fn validate(
         origins: fc.origins.clamp(1, 100),
         quantiles,
         seasons,
+        refit_threads: fc.refit_threads,
     };
     let sizing = validate_sizing(&raw.sizing, &forecast, &mut bad);
     let pools = validate_pools(&raw.pools, &mut bad);

@@ -242,6 +242,9 @@ pub(crate) struct RawForecast {
     /// whole number of store buckets.
     #[serde(default = "default_seasons_secs")]
     pub(crate) seasons_secs: Vec<u64>,
+    /// Threads that fit forecasts (0: one per core); read at start.
+    #[serde(default)]
+    pub(crate) refit_threads: usize,
 }
 
 impl Default for RawForecast {
@@ -254,6 +257,7 @@ impl Default for RawForecast {
             origins: default_origins(),
             quantiles: default_quantiles(),
             seasons_secs: default_seasons_secs(),
+            refit_threads: 0,
         }
     }
 }

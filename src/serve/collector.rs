@@ -17,7 +17,7 @@ use crate::{
     fake_vllm::{server::SimServer, Fleet},
     sources::{
         health::{EmptyQuery, SourceHealth},
-        prometheus::{self, bucket_values, chunks, PrometheusConfig},
+        prometheus::PrometheusConfig,
         scrape::{ScrapeConfig, Scraper},
         Signal, SimulatedConfig, SourceConfig,
     },
@@ -47,7 +47,11 @@ pub(crate) async fn run(workload: Arc<Workload>, sinks: Sinks, shutdown: Cancell
     let result = match &workload.source {
         SourceConfig::Scrape(c) => scrape_loop(&workload, c.clone(), &sinks, &shutdown).await,
         SourceConfig::Simulated(c) => simulated(&workload, c, &sinks, &shutdown).await,
-        SourceConfig::Prometheus(c) => prometheus_loop(&workload, c, &sinks, &shutdown).await,
+        // Collectors::apply runs Prometheus workloads in batches, never here.
+        SourceConfig::Prometheus(c) => {
+            super::prom_poll::run(vec![workload.clone()], c.shared(), sinks, shutdown).await;
+            Ok(())
+        }
     };
     if let Err(e) = result {
         warn!(workload = %workload.key(), error = %e, "collector stopped; its signals will go stale");
@@ -156,116 +160,11 @@ async fn with_history(w: &Workload, c: &SimulatedConfig, store: &Arc<Store>) -> 
     .map_err(|e| format!("computing simulated history: {e}"))
 }
 
-async fn prometheus_loop(
-    w: &Workload,
-    c: &PrometheusConfig,
-    sinks: &Sinks,
-    shutdown: &CancellationToken,
-) -> Result<(), String> {
-    let store = &sinks.store;
-    let client = prometheus::Client::new(c);
-    let res = store.resolution().as_secs_f64();
-    let key = w.key();
-    // Next bucket to write, per signal: after what the store has, within the backfill window.
-    let mut next: HashMap<Signal, i64> = HashMap::new();
-    let earliest = ((unix(SystemTime::now()) - c.backfill_days * 86_400.0) / res).floor() as i64;
-    for s in &w.signals {
-        let have = store.last_bucket(&series(&key, *s)).map_err(|e| e.to_string())?;
-        let from = have.map(|t| (unix(t) / res).round() as i64 + 1).unwrap_or(earliest).max(earliest);
-        next.insert(*s, from);
-    }
-    let mut every = tokio::time::interval(Duration::from_secs_f64(c.interval_secs));
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut first = true;
-    let (mut range_failing, mut instant_failing) = (Throttle::new(WARN_EVERY), Throttle::new(WARN_EVERY));
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            _ = every.tick() => {}
-        }
-        let now = SystemTime::now();
-        // Buckets that ended at least query_delay ago are complete in Prometheus.
-        let last_complete = ((unix(now) - c.query_delay_secs) / res).floor() as i64 - 1;
-        // Buckets that ended within LATE_DATA_SECS are read again each poll until they settle.
-        let reread_from = first_unsettled(unix(now), res);
-        for s in &w.signals {
-            let query = c.query(*s);
-            let name = series(&key, *s);
-            let from = next[s].min(reread_from);
-            let mut written = 0usize;
-            for (a, b) in chunks(from, last_complete, c.max_points_per_query) {
-                match bucket_values(&client, &query, a, b, res).await {
-                    Ok(values) => {
-                        written += values.iter().filter(|v| v.is_finite()).count();
-                        let at = |i: usize| UNIX_EPOCH + Duration::from_secs_f64((a + i as i64) as f64 * res);
-                        // Settled buckets of the first poll are bulk history: one durable
-                        // transaction per chunk, never over what the store already has.
-                        let bulk = if first { (reread_from - a).clamp(0, values.len() as i64) as usize } else { 0 };
-                        if bulk > 0 {
-                            if let Err(e) = backfill_off_runtime(store, &name, at(0), values[..bulk].to_vec()).await {
-                                warn!(workload = %key, signal = %s, error = %e, "writing history failed");
-                                break;
-                            }
-                        }
-                        // The rest, a few buckets each poll: each bucket is one evaluation, the
-                        // latest answer wins; made durable by the periodic flush.
-                        for (i, v) in values.iter().enumerate().skip(bulk).filter(|(_, v)| v.is_finite()) {
-                            store.replace(&name, at(i), *v);
-                        }
-                        next.insert(*s, b + 1);
-                    }
-                    Err(e) => {
-                        // Retried from the same bucket next poll: history is not skipped.
-                        crate::telemetry::source_error(&key);
-                        if let Some(held) = range_failing.allow(Instant::now()) {
-                            warn!(workload = %key, signal = %s, error = %e, held_back = held, "query_range failed");
-                        }
-                        break;
-                    }
-                }
-            }
-            if first && written > 0 {
-                info!(workload = %key, signal = %s, buckets = written, "backfilled history from Prometheus");
-            }
-            match client.instant(&query, now).await {
-                Ok(got) => {
-                    if let Some(v) = got.filter(|v| v.is_finite()) {
-                        store.set_latest(&name, now, v);
-                    }
-                    note_empty(&sinks.health, &key, *s, &query, got.is_none(), now);
-                }
-                Err(e) => {
-                    crate::telemetry::source_error(&key);
-                    if let Some(held) = instant_failing.allow(Instant::now()) {
-                        warn!(workload = %key, signal = %s, error = %e, held_back = held, "instant query failed");
-                    }
-                }
-            }
-        }
-        first = false;
-    }
-}
-
-/// [`Store::backfill`] commits a durable redb transaction: on the blocking
-/// pool, so a slow disk never holds an async worker (and the answers it serves).
-async fn backfill_off_runtime(
-    store: &Arc<Store>,
-    name: &str,
-    start: SystemTime,
-    values: Vec<f64>,
-) -> Result<(), String> {
-    let (store, name) = (store.clone(), name.to_string());
-    match tokio::task::spawn_blocking(move || store.backfill(&name, start, &values)).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(e) => Err(format!("the backfill task failed: {e}")),
-    }
-}
-
 /// Record whether `signal`'s instant query matched no series this poll: a
 /// run of empty answers is reported with the query (a wrong metric name or
 /// selector looks exactly like this), and logged once when it has lasted
 /// [`EMPTY_LOG_SECS`].
-fn note_empty(health: &SourceHealth, key: &str, signal: Signal, query: &str, empty: bool, now: SystemTime) {
+pub(super) fn note_empty(health: &SourceHealth, key: &str, signal: Signal, query: &str, empty: bool, now: SystemTime) {
     health.update(key, |h| {
         if !empty {
             if h.empty_queries.remove(&signal).is_some() {
@@ -289,26 +188,29 @@ fn note_empty(health: &SourceHealth, key: &str, signal: Signal, query: &str, emp
 /// A query empty this long is logged (once per run of empty answers).
 const EMPTY_LOG_SECS: f64 = 300.0;
 
-/// A Prometheus-compatible server may still change a bucket this long after
-/// it ended: VictoriaMetrics answers for its newest 30 s (`-search.latencyOffset`)
-/// from samples not all searchable yet, remote write and Mimir or Thanos
-/// ingestion land late. Such buckets are read again each poll until older.
-const LATE_DATA_SECS: f64 = 120.0;
-
-/// The first bucket (of `res` seconds) that ended less than [`LATE_DATA_SECS`] before `now`.
-fn first_unsettled(now: f64, res: f64) -> i64 {
-    ((now - LATE_DATA_SECS) / res).floor() as i64
-}
-
-/// The running collectors, restarted on reload when their workload changes.
+/// The running collectors, restarted on reload when their workload changes:
+/// one per scraped or simulated workload, one per Prometheus source (its URL
+/// and poll settings) for all the workloads it serves.
 #[derive(Default)]
 pub struct Collectors {
     running: HashMap<String, (Arc<Workload>, CancellationToken, JoinHandle<()>)>,
+    prometheus: Vec<PromGroup>,
+}
+
+/// One Prometheus source's collector: its settings and workloads (source and signals).
+struct PromGroup {
+    cfg: PrometheusConfig,
+    members: Vec<(String, SourceConfig, Vec<Signal>)>,
+    token: CancellationToken,
+    task: JoinHandle<()>,
 }
 
 impl Collectors {
     /// Make the running set match `workloads`.
     pub fn apply(&mut self, workloads: &[Arc<Workload>], sinks: &Sinks, shutdown: &CancellationToken) {
+        let (prom, workloads): (Vec<Arc<Workload>>, Vec<Arc<Workload>>) =
+            workloads.iter().cloned().partition(|w| matches!(w.source, SourceConfig::Prometheus(_)));
+        self.apply_prometheus(&prom, sinks, shutdown);
         let wanted: HashMap<String, &Arc<Workload>> = workloads.iter().map(|w| (w.key(), w)).collect();
         self.running.retain(|key, (w, token, _)| {
             let keep = wanted.get(key).is_some_and(|n| n.source == w.source && n.signals == w.signals);
@@ -327,23 +229,47 @@ impl Collectors {
         }
     }
 
+    /// One collector per Prometheus source; a source whose workloads changed starts over
+    /// (from what the store has: history is not read twice).
+    fn apply_prometheus(&mut self, workloads: &[Arc<Workload>], sinks: &Sinks, shutdown: &CancellationToken) {
+        let mut groups: Vec<(PrometheusConfig, Vec<Arc<Workload>>)> = Vec::new();
+        for w in workloads {
+            let SourceConfig::Prometheus(c) = &w.source else { continue };
+            let shared = c.shared();
+            match groups.iter_mut().find(|(g, _)| *g == shared) {
+                Some((_, ws)) => ws.push(w.clone()),
+                None => groups.push((shared, vec![w.clone()])),
+            }
+        }
+        let member = |w: &Arc<Workload>| (w.key(), w.source.clone(), w.signals.clone());
+        let mut old = std::mem::take(&mut self.prometheus);
+        for (cfg, ws) in groups {
+            let members: Vec<_> = ws.iter().map(member).collect();
+            if let Some(k) = old.iter().position(|g| g.cfg == cfg && g.members == members) {
+                self.prometheus.push(old.swap_remove(k));
+                continue;
+            }
+            let token = shutdown.child_token();
+            let task = tokio::spawn(super::prom_poll::run(ws, cfg.clone(), sinks.clone(), token.clone()));
+            self.prometheus.push(PromGroup { cfg, members, token, task });
+        }
+        let kept: std::collections::HashSet<&str> =
+            self.prometheus.iter().flat_map(|g| g.members.iter().map(|m| m.0.as_str())).collect();
+        for g in old {
+            g.token.cancel();
+            for (key, ..) in g.members.iter().filter(|m| !kept.contains(m.0.as_str())) {
+                sinks.health.remove(key);
+            }
+        }
+    }
+
     /// Wait for every collector to stop (after the shutdown token fired).
     pub(crate) async fn join(self) {
         for (_, (_, _, task)) in self.running {
             let _ = task.await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buckets_of_the_last_two_minutes_are_unsettled() {
-        // 60 s buckets; at 330 s, bucket 3 (180..240) ended 90 s ago, bucket 2 150 s ago.
-        assert_eq!(first_unsettled(330.0, 60.0), 3);
-        assert_eq!(first_unsettled(360.0, 60.0), 4, "bucket 3 ended exactly 120 s ago: settled");
-        assert_eq!(first_unsettled(125.0, 10.0), 0);
+        for g in self.prometheus {
+            let _ = g.task.await;
+        }
     }
 }

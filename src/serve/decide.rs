@@ -2,6 +2,11 @@
 //! predictive when a forecast covers now, reactive otherwise, and the
 //! forecast alone (bounded, never below the last answer) while the target
 //! signal is stale. The engine calls these; they read no clock and no store.
+//!
+//! The scale-down hold is recomputed each time from the readings of the
+//! window ([`Past`]), not remembered: replicas of Foresight that read the
+//! same readings (a Prometheus source's grid points) hold the same, however
+//! long each has run.
 
 use std::time::SystemTime;
 
@@ -20,6 +25,39 @@ use crate::{
     sources::Signal,
     workload::Workload,
 };
+
+/// A reading within the scale-down window: when, the target signal, and
+/// the queue and generation token rate read with it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Past {
+    pub(super) at: f64,
+    pub(super) target: f64,
+    pub(super) queue: Option<f64>,
+    pub(super) tokens: Option<f64>,
+}
+
+/// A stabiliser holding what each past reading asked for, by `need`.
+fn held_over(past: &[Past], window: f64, need: impl Fn(&Past) -> Option<u32>) -> Stabiliser {
+    let mut stab = Stabiliser::default();
+    for p in past {
+        if let Some(n) = need(p) {
+            stab.apply(p.at, window, n);
+        }
+    }
+    stab
+}
+
+/// The hold of the predictive rule: each past reading's live need, sized as `input` sizes now.
+fn predictive_hold(input: &predictive::Input<'_>, past: &[Past], window: f64) -> Stabiliser {
+    held_over(past, window, |p| {
+        predictive::live_need(&predictive::Input {
+            live: p.target,
+            queue: p.queue,
+            generation_tokens_per_sec: p.tokens,
+            ..*input
+        })
+    })
+}
 
 pub(super) fn unix(t: SystemTime) -> f64 {
     t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
@@ -70,7 +108,7 @@ pub(super) fn decide(
     state: &WorkloadState,
     live: f64,
     sizing: &SizingSettings,
-    stab: &mut Stabiliser,
+    past: &[Past],
     headroom: f64,
     now: SystemTime,
 ) -> Result<Decision, NoDecision> {
@@ -91,7 +129,8 @@ pub(super) fn decide(
                 input.headroom = headroom;
                 input.queue = reading(Signal::QueueDepth);
                 input.generation_tokens_per_sec = reading(Signal::GenerationTokensRate);
-                match predictive::decide(&input, stab, now_secs, window, &w.profile.name) {
+                let mut stab = predictive_hold(&input, past, window);
+                match predictive::decide(&input, &mut stab, now_secs, window, &w.profile.name) {
                     Some(o) => return Ok(o.into()),
                     None => Unusable::NotFinite,
                 }
@@ -101,6 +140,7 @@ pub(super) fn decide(
     // Without a forecast: the reactive answer, still held by the stabiliser so
     // a forecast outage does not drop capacity in one step.
     let mut d = reactive()?;
+    let mut stab = held_over(past, window, |p| reactive_decision(w, state, p.target).ok().map(|d| d.desired_replicas));
     let held = stab.apply(now_secs, window, d.desired_replicas);
     if held > d.desired_replicas {
         d.reason.push_str(&format!("; holding {held} (scale-down stabilisation {window:.0} s)"));
@@ -120,7 +160,7 @@ pub(super) fn blind_decision(
     state: &WorkloadState,
     age_secs: f64,
     sizing: &SizingSettings,
-    stab: &mut Stabiliser,
+    past: &[Past],
     now: SystemTime,
 ) -> Result<Decision, NoBridge> {
     let bound = sizing.forecast_only.as_secs_f64();
@@ -137,7 +177,8 @@ pub(super) fn blind_decision(
     // No live reading, queue or token rate: the forecast alone.
     let input = predictive_input(w, state, sizing, f, values);
     let window = sizing.scale_down_stabilization.as_secs_f64();
-    let o = predictive::decide(&input, stab, unix(now), window, &w.profile.name).ok_or(NoBridge::NotFinite)?;
+    let mut stab = predictive_hold(&input, past, window);
+    let o = predictive::decide(&input, &mut stab, unix(now), window, &w.profile.name).ok_or(NoBridge::NotFinite)?;
     let mut d: Decision = o.into();
     if last.desired_replicas > d.desired_replicas {
         d.desired_replicas = last.desired_replicas;
@@ -190,4 +231,30 @@ pub(super) fn forecast_from_now(f: &ForecastView, quantile: f64, now_secs: f64) 
 pub(super) fn from_now<'a>(f: &ForecastView, values: &'a [f64], now_secs: f64) -> Option<&'a [f64]> {
     let k0 = ((now_secs - f.start_unix as f64) / f.step_secs.max(1) as f64).floor().max(0.0) as usize;
     values.get(k0..).filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{config::Settings, serve::state::WorkloadState};
+
+    #[test]
+    fn the_hold_is_what_the_readings_of_the_window_asked_for() {
+        let yaml = "sizing: {policy: predictive}\nworkloads:\n  - name: w\n    model: llama-3.1-8b-h100\n    max_replicas: 20\n    target: {signal: concurrency}\n    source: {scrape: {targets: ['http://127.0.0.1:9/metrics']}}\n";
+        let settings = Settings::from_yaml(yaml, "t", std::path::Path::new(".")).unwrap();
+        let w = &settings.workloads[0];
+        let state = WorkloadState::new(w);
+        let now = 1_800_000_000.0;
+        let at = |secs: f64| std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(secs);
+        let past = |ago: f64, v: f64| Past { at: now - ago, target: v, queue: None, tokens: None };
+        // No forecast yet: the reactive answer, held at the highest the window's readings asked for (32 per replica).
+        let readings = [past(400.0, 600.0), past(200.0, 300.0), past(100.0, 40.0), past(0.0, 40.0)];
+        let d = decide(w, &state, 40.0, &settings.sizing, &readings, 1.0, at(now)).unwrap();
+        assert_eq!(d.desired_replicas, 10, "300 within the 300 s window, 600 before it: {}", d.reason);
+        // The same readings give the same answer whatever else this process saw before.
+        let again = decide(w, &state, 40.0, &settings.sizing, &readings, 1.0, at(now)).unwrap();
+        assert_eq!(again.desired_replicas, 10);
+        let d = decide(w, &state, 40.0, &settings.sizing, &readings[2..], 1.0, at(now)).unwrap();
+        assert_eq!(d.desired_replicas, 2, "{}", d.reason);
+    }
 }

@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 use super::{
     decide::{blind_decision, decide, reactive_decision, unix},
     outcome::NoDecision,
-    refit::{ForecastView, Refitter},
+    refit::{key_grid, settle_secs, ForecastView, Refitter},
     spare::{self, PoolSpare},
     state::{PoolState, Registry, SignalReading, WorkloadState},
 };
@@ -30,13 +30,7 @@ use crate::{
     capacity::{self, Demand, Plan, PlanInput, Pool, Reservation},
     cluster::ClusterView,
     config::{ForecastSettings, Settings, SizingSettings},
-    sizing::{
-        headroom::{Headroom, HeadroomConfig},
-        learned::Estimator,
-        predictive::Stabiliser,
-        reactive::Decision,
-        Policy,
-    },
+    sizing::{learned::Estimator, predictive::Stabiliser, reactive::Decision, Policy},
     sources::{health::SourceHealth, Signal},
     store::Store,
     workload::Workload,
@@ -46,11 +40,9 @@ use crate::{
 struct Slot {
     workload: Arc<Workload>,
     state: WorkloadState,
-    /// Scale-down stabilisation of predictive decisions.
-    stabiliser: Stabiliser,
     /// The load multiplier learned from measured queue waits, and when the
     /// queue-wait reading it last took in was made.
-    headroom: Headroom,
+    headroom: super::lookback::Replayed,
     wait_seen: Option<SystemTime>,
     /// Per-replica capacity learned from load against the queue-wait SLO.
     capacity: Estimator,
@@ -103,7 +95,7 @@ const SPARE_REFIT_SECS: u64 = 1800;
 
 impl Engine {
     pub fn new(settings: &Settings, registry: Arc<Registry>, store: Arc<Store>) -> Self {
-        let refitter = Refitter::start(store.clone());
+        let refitter = Refitter::start(store.clone(), settings.forecast.refit_threads);
         let forecast = Arc::new(settings.forecast.clone());
         let mut engine = Engine {
             slots: Vec::new(),
@@ -143,6 +135,9 @@ impl Engine {
     /// unchanged, start the rest afresh, drop removed workloads.
     pub(crate) fn reconfigure(&mut self, settings: &Settings) {
         self.log_every_decision = settings.log_every_decision;
+        // The hold looks back over the store's recent readings, the headroom over those not yet
+        // settled into history: keep the window's worth, and at least ten minutes.
+        self.store.keep_recent(settings.sizing.scale_down_stabilization.max(std::time::Duration::from_secs(600)));
         self.sizing = settings.sizing.clone();
         self.pools = settings.pools.clone();
         self.reservations = settings.reservations.clone();
@@ -164,9 +159,8 @@ impl Engine {
                 _ => Slot {
                     workload: w.clone(),
                     state: WorkloadState::new(w),
-                    stabiliser: Stabiliser::default(),
                     role_stabilisers: vec![Stabiliser::default(); w.roles.len()],
-                    headroom: Headroom::new(HeadroomConfig::default()),
+                    headroom: Default::default(),
                     wait_seen: None,
                     capacity: Estimator::new(w.profile.concurrency_per_replica),
                     refit_pending: Vec::new(),
@@ -199,13 +193,13 @@ impl Engine {
             }
             slot.state.source = self.health.get(&key);
             slot.state.pods = self.store.latest(&pods_series(&key)).map(|(v, _)| v as u32);
-            // The fast correction: each new p99 queue wait past the profile's wait budget means
-            // more than the SLO's 1% waited too long, so the loads sized for are raised at once.
+            // Each new p99 queue wait past the profile's wait budget means more than the SLO's 1%
+            // waited too long: with the ITL, a verdict capacity is learned from. (The headroom
+            // takes the same readings in from the store, in `decide` below.)
             if let Some((p99, at)) = self.store.latest(&series(&key, Signal::QueueWaitP99)) {
                 if slot.wait_seen != Some(at) && p99.is_finite() {
                     slot.wait_seen = Some(at);
                     let late = p99 > w.profile.wait_budget_secs().max(QUEUE_TIME_FIRST_BUCKET_SECS);
-                    slot.headroom.observe(unix(at), if late { 0.0 } else { 1.0 });
                     // A verdict on the SLO against the requests each replica was running: evidence of how
                     // many it runs at once within it (`running`, else in flight less those waiting).
                     let read = |s: Signal| slot.state.signals.get(&s).map(|r| r.value);
@@ -224,11 +218,12 @@ impl Engine {
             let cause = || {
                 slot.state.source.as_ref().and_then(|h| h.explain(w.target.signal, now, w.stale_after.as_secs_f64()))
             };
+            let past = super::lookback::past_readings(&self.store, w, now, self.sizing.scale_down_stabilization);
             let mut forecast_only = false;
             let decided = match slot.state.signals.get(&w.target.signal) {
                 None => Err(NoDecision::NoReading { signal: w.target.signal, cause: cause() }),
                 Some(r) if r.age_secs > w.stale_after.as_secs_f64() => {
-                    match blind_decision(w, &slot.state, r.age_secs, &self.sizing, &mut slot.stabiliser, now) {
+                    match blind_decision(w, &slot.state, r.age_secs, &self.sizing, &past, now) {
                         Ok(d) => {
                             forecast_only = true;
                             Ok(d)
@@ -243,8 +238,9 @@ impl Engine {
                     }
                 }
                 Some(r) => {
-                    let headroom = slot.headroom.factor();
-                    decide(w, &slot.state, r.value, &self.sizing, &mut slot.stabiliser, headroom, now)
+                    let budget = w.profile.wait_budget_secs().max(QUEUE_TIME_FIRST_BUCKET_SECS);
+                    let headroom = slot.headroom.factor(&self.store, w, now, settle_secs(w), |p99| p99 > budget);
+                    decide(w, &slot.state, r.value, &self.sizing, &past, headroom, now)
                 }
             };
             if forecast_only != slot.state.forecast_only {
@@ -385,6 +381,7 @@ impl Engine {
     }
 
     fn refits(&mut self, now: SystemTime) {
+        crate::telemetry::refit_waiting(self.refitter.waiting());
         let finished = self.refitter.finished();
         for done in finished {
             if done.spare {
@@ -418,7 +415,8 @@ impl Engine {
                     }
                     slot.state.forecast = Some(f);
                     slot.state.forecast_error = None;
-                    slot.refit_due = Some(now + interval);
+                    // The next grid point: every replica refits at the same instants.
+                    slot.refit_due = Some(key_grid(now, interval, &done.key) + interval);
                 }
                 Err(why) => {
                     if slot.state.forecast_error.as_ref() != Some(&why) {
@@ -448,9 +446,10 @@ impl Engine {
             if !w.roles.is_empty() {
                 signals.extend(ROLE_SIGNALS.iter().filter(|s| w.signals.contains(s) && **s != w.target.signal));
             }
+            let at = key_grid(now, self.forecast.refit_interval, &w.key());
             for signal in signals {
                 self.next_job += 1;
-                self.refitter.submit(self.next_job, w, signal, now, &self.forecast);
+                self.refitter.submit(self.next_job, w, signal, at, &self.forecast);
                 slot.refit_pending.push(self.next_job);
             }
         }
@@ -465,10 +464,11 @@ impl Engine {
         {
             self.next_job += 1;
             let lead = longest as f64 + every.as_secs_f64();
-            self.refitter.submit_spare(self.next_job, &slot.workload, now, &self.forecast, lead);
+            let at = key_grid(now, every, &slot.workload.key());
+            self.refitter.submit_spare(self.next_job, &slot.workload, at, &self.forecast, lead);
             slot.spare_pending = Some(self.next_job);
-            slot.spare_due = Some(now + every);
-            slot.spare_floor = seasonal_peak(&self.store, &slot.workload, now, lead);
+            slot.spare_due = Some(at + every);
+            slot.spare_floor = seasonal_peak(&self.store, &slot.workload, at, lead);
         }
     }
 

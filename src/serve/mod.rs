@@ -10,7 +10,9 @@
 pub mod collector;
 mod decide;
 pub mod engine;
+mod lookback;
 pub mod outcome;
+mod prom_poll;
 pub(crate) mod refit;
 pub mod roles;
 pub mod spare;

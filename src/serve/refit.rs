@@ -8,9 +8,9 @@
 //! the engine has published.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     panic::{self, AssertUnwindSafe},
-    sync::{mpsc, Arc},
+    sync::{mpsc, Arc, Condvar, Mutex},
     thread,
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
@@ -25,7 +25,9 @@ use crate::{
         Forecaster, ForecasterConfig, QuantileForecast, Regime, Seasons, Series,
     },
     serve::outcome::RefitError,
+    serve::prom_poll::LATE_DATA_SECS,
     sources::Signal,
+    sources::SourceConfig,
     store::Store,
     time::rfc3339,
     workload::series,
@@ -76,7 +78,12 @@ struct Job {
     spare: bool,
     /// How far ahead to forecast: the profile's cold start plus the refit interval.
     lead_secs: f64,
+    /// The grid point the fit is for ([`grid`]): every replica fits the same instants.
     now: SystemTime,
+    /// History newer than this before `now` is left out: a shared source may
+    /// still revise it, so replicas fitting at different moments would read
+    /// different values.
+    lag_secs: f64,
     settings: Arc<ForecastSettings>,
 }
 
@@ -89,44 +96,120 @@ pub(crate) struct Done {
     pub(crate) outcome: Outcome,
 }
 
-/// The worker thread and its two channels.
+/// The worker threads, their queue and their results.
 pub(crate) struct Refitter {
-    jobs: mpsc::Sender<Job>,
+    queue: Arc<Queue>,
     done: mpsc::Receiver<Done>,
 }
 
-impl Refitter {
-    /// Starts the worker. It stops once the `Refitter` is dropped and its current job ends.
-    pub(crate) fn start(store: Arc<Store>) -> Refitter {
-        let (jobs, job_rx) = mpsc::channel::<Job>();
-        let (done_tx, done) = mpsc::channel();
-        let spawned = thread::Builder::new().name("foresight-refit".into()).spawn(move || {
-            let mut selections = Selections::new();
-            for job in job_rx {
-                let (id, key, signal, spare) = (job.id, job.key.clone(), job.signal, job.spare);
-                // A bug in one fit must not stop every later forecast: it becomes that workload's error.
-                let outcome = panic::catch_unwind(AssertUnwindSafe(|| refit(&store, &job, &mut selections)))
-                    .unwrap_or_else(|_| {
-                        selections.remove(&selection_key(&key, signal, spare));
-                        Err(RefitError::Panicked)
-                    });
-                match &outcome {
-                    Ok(f) => debug!(workload = %key, model = %f.model, regime = f.regime.as_str(), fit_ms = f.fit_ms, "forecast refitted"),
-                    Err(e) => debug!(workload = %key, error = %e, "no forecast"),
-                }
-                if done_tx.send(Done { id, key, signal, spare, outcome }).is_err() {
-                    return;
-                }
-            }
-        });
-        if let Err(e) = spawned {
-            // Without the thread, submitted jobs just never finish: forecasts stay absent, decisions stay reactive.
-            warn!(error = %e, "could not start the forecast worker; forecasts are off");
-        }
-        Refitter { jobs, done }
+/// Jobs waiting for a worker. Workers stop once the `Refitter` is dropped.
+#[derive(Default)]
+struct Queue {
+    jobs: Mutex<(VecDeque<Job>, bool)>,
+    ready: Condvar,
+}
+
+impl Queue {
+    fn push(&self, job: Job) {
+        lock(&self.jobs).0.push_back(job);
+        self.ready.notify_one();
     }
 
-    /// Queue a refit of `w`'s `signal` as of `now`; its [`Done`] carries `id`.
+    /// The next job; `None` once closed.
+    fn pop(&self) -> Option<Job> {
+        let mut q = lock(&self.jobs);
+        loop {
+            if q.1 {
+                return None;
+            }
+            if let Some(job) = q.0.pop_front() {
+                return Some(job);
+            }
+            q = self.ready.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    fn close(&self) {
+        lock(&self.jobs).1 = true;
+        self.ready.notify_all();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Drop for Refitter {
+    fn drop(&mut self) {
+        self.queue.close();
+    }
+}
+
+/// Fitting is CPU-bound and never urgent next to a KEDA answer or a poll:
+/// workers run at a lower priority (nice 10), so those take a core first.
+fn lower_priority() {
+    // SAFETY: setpriority on this thread's id changes only this thread's nice value.
+    #[cfg(target_os = "linux")]
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
+}
+
+impl Refitter {
+    /// Starts `threads` workers (0: one per core).
+    pub(crate) fn start(store: Arc<Store>, threads: usize) -> Refitter {
+        let threads = if threads == 0 { thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+        let queue = Arc::new(Queue::default());
+        let (done_tx, done) = mpsc::channel();
+        // Each series' selection, shared: a worker takes its entry out while it fits.
+        let selections = Arc::new(Mutex::new(Selections::new()));
+        let mut started = 0;
+        for k in 0..threads {
+            let (queue, store, selections, done_tx) =
+                (queue.clone(), store.clone(), selections.clone(), done_tx.clone());
+            let spawned = thread::Builder::new().name(format!("foresight-refit-{k}")).spawn(move || {
+                lower_priority();
+                while let Some(job) = queue.pop() {
+                    let (id, key, signal, spare) = (job.id, job.key.clone(), job.signal, job.spare);
+                    let at = selection_key(&key, signal, spare);
+                    let mut mine: Selections = lock(&selections).remove_entry(&at).into_iter().collect();
+                    // A bug in one fit must not stop every later forecast: it becomes that workload's error.
+                    let outcome = panic::catch_unwind(AssertUnwindSafe(|| refit(&store, &job, &mut mine)))
+                        .unwrap_or_else(|_| {
+                            mine.clear();
+                            Err(RefitError::Panicked)
+                        });
+                    lock(&selections).extend(mine);
+                    let lag = SystemTime::now().duration_since(job.now).map_or(0.0, |d| d.as_secs_f64());
+                    crate::telemetry::refit_done(outcome.is_ok(), lag);
+                    match &outcome {
+                        Ok(f) => debug!(workload = %key, model = %f.model, regime = f.regime.as_str(), fit_ms = f.fit_ms, "forecast refitted"),
+                        Err(e) => debug!(workload = %key, error = %e, "no forecast"),
+                    }
+                    if done_tx.send(Done { id, key, signal, spare, outcome }).is_err() {
+                        return;
+                    }
+                }
+            });
+            match spawned {
+                Ok(_) => started += 1,
+                Err(e) => warn!(error = %e, "could not start a forecast worker"),
+            }
+        }
+        if started == 0 {
+            // Without a worker, submitted jobs never finish: forecasts stay absent, decisions stay reactive.
+            warn!("no forecast worker started; forecasts are off");
+        }
+        Refitter { queue, done }
+    }
+
+    /// Jobs waiting for a worker.
+    pub(crate) fn waiting(&self) -> usize {
+        lock(&self.queue.jobs).0.len()
+    }
+
+    /// Queue a refit of `w`'s `signal` as of grid point `now`; its [`Done`] carries `id`.
     pub(crate) fn submit(
         &self,
         id: u64,
@@ -135,6 +218,7 @@ impl Refitter {
         now: SystemTime,
         settings: &Arc<ForecastSettings>,
     ) {
+        let lag_secs = settle_secs(w);
         let cold_start = w
             .roles
             .iter()
@@ -145,13 +229,13 @@ impl Refitter {
             key: w.key(),
             signal,
             spare: false,
-            // Until the next refit, [now, now + cold start] must stay covered.
-            lead_secs: cold_start + settings.refit_interval.as_secs_f64(),
+            // Until the next refit, [now, now + cold start] must stay covered, from the history's end on.
+            lead_secs: cold_start + settings.refit_interval.as_secs_f64() + lag_secs,
             now,
+            lag_secs,
             settings: settings.clone(),
         };
-        // A closed channel means the worker is gone; the workload just keeps its last forecast.
-        let _ = self.jobs.send(job);
+        self.queue.push(job);
     }
 
     /// Queue a forecast of `w`'s target `lead_secs` ahead for the spare-capacity plan.
@@ -163,14 +247,56 @@ impl Refitter {
         settings: &Arc<ForecastSettings>,
         lead_secs: f64,
     ) {
-        let job =
-            Job { id, key: w.key(), signal: w.target.signal, spare: true, lead_secs, now, settings: settings.clone() };
-        let _ = self.jobs.send(job);
+        let lag_secs = settle_secs(w);
+        let job = Job {
+            id,
+            key: w.key(),
+            signal: w.target.signal,
+            spare: true,
+            lead_secs: lead_secs + lag_secs,
+            now,
+            lag_secs,
+            settings: settings.clone(),
+        };
+        self.queue.push(job);
     }
 
     /// Refits finished since the last call.
     pub(crate) fn finished(&self) -> Vec<Done> {
         self.done.try_iter().collect()
+    }
+}
+
+/// The latest multiple of `every` at or before `now` (Unix time).
+pub(crate) fn grid(now: SystemTime, every: std::time::Duration) -> SystemTime {
+    phased(now, every, 0.0)
+}
+
+/// The latest point of `key`'s grid of `every` at or before `now`: refits
+/// and model choices happen on it, so replicas that started apart fit the
+/// same history as of the same instants. Each workload's grid is shifted by
+/// a phase from its name (whole seconds within `every`), so thousands of
+/// workloads spread their fits over the interval instead of all at once.
+pub(crate) fn key_grid(now: SystemTime, every: std::time::Duration, key: &str) -> SystemTime {
+    // FNV-1a: stable across processes and releases, unlike std's hasher.
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let whole = every.as_secs().max(1);
+    phased(now, every, (hash % whole) as f64)
+}
+
+fn phased(now: SystemTime, every: std::time::Duration, phase: f64) -> SystemTime {
+    let every = every.as_secs_f64().max(1.0);
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    UNIX_EPOCH + std::time::Duration::from_secs_f64((((secs - phase) / every).floor() * every + phase).max(0.0))
+}
+
+/// How long after a bucket ends `w`'s source may still revise it: a
+/// Prometheus source re-reads late data for [`LATE_DATA_SECS`] after its
+/// query delay. Scraped history is final when written.
+pub(super) fn settle_secs(w: &Workload) -> f64 {
+    match &w.source {
+        SourceConfig::Prometheus(c) => LATE_DATA_SECS + c.query_delay_secs,
+        _ => 0.0,
     }
 }
 
@@ -202,18 +328,8 @@ fn selection_key(key: &str, signal: Signal, spare: bool) -> String {
 fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
     let t0 = Instant::now();
     let step = store.resolution();
-    let from = job.now.checked_sub(job.settings.history).unwrap_or(UNIX_EPOCH);
-    let history =
-        store.range(&series(&job.key, job.signal), from, job.now).map_err(|e| RefitError::History(e.to_string()))?;
     let step_secs = step.as_secs().max(1) as i64;
-    let start = history.start.duration_since(UNIX_EPOCH).map_err(|_| RefitError::BeforeEpoch)?.as_secs();
     let horizon = ((job.lead_secs / step_secs as f64).ceil() as usize).max(1);
-    let s = Series { start: start as i64, step: step_secs, values: history.values };
-    // A signal that stopped reporting is not forecast from its last value.
-    let silent = s.values.iter().rev().take_while(|v| !v.is_finite()).count();
-    if silent > horizon.max(2) && silent < s.len() {
-        return Err(RefitError::Silent { signal: job.signal, secs: silent as i64 * step_secs });
-    }
     let seasons = Seasons::new(job.settings.seasons.clone())?;
     let forecaster = Forecaster::new(ForecasterConfig {
         seasons: Some(seasons),
@@ -221,17 +337,47 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
         quantiles: job.settings.quantiles.clone(),
         ..ForecasterConfig::default()
     })?;
-    let key = SelectionKey { signal: job.signal, horizon, settings: job.settings.as_ref().clone() };
+    // The worker count is not a forecast setting: changing it keeps the choices.
+    let settings = ForecastSettings { refit_threads: 0, ..job.settings.as_ref().clone() };
+    let key = SelectionKey { signal: job.signal, horizon, settings: settings.clone() };
     let at = selection_key(&job.key, job.signal, job.spare);
-    let choice = match selections.get(&at) {
-        Some((made_for, sel, at))
-            if *made_for == key
-                && job.now.duration_since(*at).is_ok_and(|age| age < job.settings.reselect_interval) =>
-        {
-            Choice::Reuse(sel.clone())
-        }
-        _ => Choice::Auto,
+    // Models are chosen on the reselect grid, from the history as of its last
+    // point, and refitted in between: a replica that starts mid-interval
+    // makes the same choice a running one made at that point.
+    let epoch = key_grid(job.now, job.settings.reselect_interval, &at);
+    let history_to = |to: SystemTime| -> Result<Series, RefitError> {
+        let to = to.checked_sub(std::time::Duration::from_secs_f64(job.lag_secs)).unwrap_or(UNIX_EPOCH);
+        let from = to.checked_sub(job.settings.history).unwrap_or(UNIX_EPOCH);
+        let h = store.range(&series(&job.key, job.signal), from, to).map_err(|e| RefitError::History(e.to_string()))?;
+        let start = h.start.duration_since(UNIX_EPOCH).map_err(|_| RefitError::BeforeEpoch)?.as_secs();
+        Ok(Series { start: start as i64, step: step_secs, values: h.values })
     };
+    let s = history_to(job.now)?;
+    // A signal that stopped reporting is not forecast from its last value.
+    let silent = s.values.iter().rev().take_while(|v| !v.is_finite()).count();
+    if silent > horizon.max(2) && silent < s.len() {
+        return Err(RefitError::Silent { signal: job.signal, secs: silent as i64 * step_secs });
+    }
+    let kept = selections.get(&at).filter(|(made_for, _, made_at)| *made_for == key && *made_at == epoch);
+    let choice = match kept {
+        Some((_, sel, _)) => Choice::Reuse(sel.clone()),
+        None if job.now > epoch => {
+            // This process has no choice from the last grid point: make it now, as of then.
+            let then =
+                history_to(epoch).and_then(|h| forecaster.forecast(&h, horizon, &Choice::Auto).map_err(Into::into));
+            match then {
+                Ok(f) if f.selection.regime.is_some() => {
+                    selections.insert(at.clone(), (SelectionKey { ..key }, f.selection.clone(), epoch));
+                    Choice::Reuse(f.selection)
+                }
+                // Too little history then: choose afresh each refit until the next grid point.
+                _ => Choice::Auto,
+            }
+        }
+        None => Choice::Auto,
+    };
+    let key = SelectionKey { signal: job.signal, horizon, settings };
+    let reusing = matches!(choice, Choice::Reuse(_));
     let f = match forecaster.forecast(&s, horizon, &choice) {
         Ok(f) => f,
         Err(e) => {
@@ -239,13 +385,10 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
             return Err(e.into());
         }
     };
-    let selected_at = match selections.get(&at) {
-        Some((_, _, at)) if f.reused_selection => *at,
-        _ => job.now,
-    };
-    if f.selection.regime.is_some() {
-        selections.insert(at, (key, f.selection.clone(), selected_at));
-    } else {
+    let selected_at = if reusing && f.reused_selection { epoch } else { job.now };
+    if !reusing && job.now == epoch && f.selection.regime.is_some() {
+        selections.insert(at, (key, f.selection.clone(), epoch));
+    } else if !reusing {
         selections.remove(&at);
     }
     let time = |t: i64| rfc3339(UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64));

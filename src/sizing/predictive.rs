@@ -218,23 +218,7 @@ pub(crate) fn size(i: &Input<'_>) -> Option<Sizing> {
         window.iter().copied().enumerate().fold((0, 0.0f64), |best, (k, v)| if v > best.1 { (k, v) } else { best });
     let k = if i.headroom.is_finite() { i.headroom.max(1.0) } else { 1.0 };
     let forecast_replicas = replicas_for(i, peak * k);
-    // The live signal plus any queue it does not already count. For arrivals,
-    // enough extra replicas to drain the backlog within the look-ahead (new
-    // replicas cannot help sooner); a slot per waiting request would turn a
-    // short burst into a fleet that idles for the whole stabilisation window.
-    let queue_extra = match (i.signal, i.queue) {
-        (Signal::Concurrency | Signal::QueueDepth, _) | (_, None) => 0.0,
-        (Signal::RequestRate, Some(q)) if q.is_finite() && q > 0.0 => {
-            (q / (i.per_replica * i.lookahead_secs.max(60.0))).ceil()
-        }
-        (_, Some(q)) if q.is_finite() && q > 0.0 => (q / i.slots_per_replica.max(1.0)).ceil(),
-        _ => 0.0,
-    };
-    let live_replicas = saturate(f64::from(replicas_for(i, i.live * k)) + queue_extra);
-    let token_replicas = match (i.generation_tokens_per_sec, i.tokens_per_sec_per_replica) {
-        (Some(t), Some(cap)) if t.is_finite() && t > 0.0 && cap > 0.0 => Some(saturate((t / cap).ceil())),
-        _ => None,
-    };
+    let (live_replicas, token_replicas) = live_parts(i, k);
     let mut needed = forecast_replicas;
     let mut binding = Binding::Forecast;
     if live_replicas > needed {
@@ -267,6 +251,40 @@ pub(crate) fn size(i: &Input<'_>) -> Option<Sizing> {
         binding,
         active,
     })
+}
+
+/// Replicas the live reading asks for (with headroom `k`), and those the
+/// live token rate asks for, when it is known.
+fn live_parts(i: &Input<'_>, k: f64) -> (u32, Option<u32>) {
+    // The live signal plus any queue it does not already count. For arrivals,
+    // enough extra replicas to drain the backlog within the look-ahead (new
+    // replicas cannot help sooner); a slot per waiting request would turn a
+    // short burst into a fleet that idles for the whole stabilisation window.
+    let queue_extra = match (i.signal, i.queue) {
+        (Signal::Concurrency | Signal::QueueDepth, _) | (_, None) => 0.0,
+        (Signal::RequestRate, Some(q)) if q.is_finite() && q > 0.0 => {
+            (q / (i.per_replica * i.lookahead_secs.max(60.0))).ceil()
+        }
+        (_, Some(q)) if q.is_finite() && q > 0.0 => (q / i.slots_per_replica.max(1.0)).ceil(),
+        _ => 0.0,
+    };
+    let live_replicas = saturate(f64::from(replicas_for(i, i.live * k)) + queue_extra);
+    let token_replicas = match (i.generation_tokens_per_sec, i.tokens_per_sec_per_replica) {
+        (Some(t), Some(cap)) if t.is_finite() && t > 0.0 && cap > 0.0 => Some(saturate((t / cap).ceil())),
+        _ => None,
+    };
+    (live_replicas, token_replicas)
+}
+
+/// What the live load alone asks for: what the scale-down hold keeps for
+/// its window. `None` for an unusable reading.
+pub(crate) fn live_need(i: &Input<'_>) -> Option<u32> {
+    if !(i.live.is_finite() && i.live >= 0.0 && i.per_replica.is_finite() && i.per_replica > 0.0) {
+        return None;
+    }
+    let k = if i.headroom.is_finite() { i.headroom.max(1.0) } else { 1.0 };
+    let (live, tokens) = live_parts(i, k);
+    Some(live.max(tokens.unwrap_or(0)))
 }
 
 /// The full decision: sizing, then min/max, then stabilisation.

@@ -12,6 +12,7 @@
 pub mod exposition;
 pub(crate) mod health;
 pub(crate) mod prometheus;
+pub(crate) mod promql;
 pub mod scrape;
 pub(crate) mod simulated;
 pub mod vllm;

@@ -18,7 +18,7 @@ use std::{
 
 use serde::Deserialize;
 
-use super::Signal;
+use super::{promql::default_query, Signal};
 
 /// `source: {prometheus: {...}}`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -45,6 +45,9 @@ pub(crate) struct PrometheusConfig {
     pub(crate) query_delay_secs: f64,
     #[serde(default = "default_max_points")]
     pub(crate) max_points_per_query: usize,
+    /// Most workloads one batched query reads ([`super::promql`]).
+    #[serde(default = "default_max_workloads")]
+    pub(crate) max_workloads_per_query: usize,
     /// PromQL per signal, overriding the defaults ([`default_query`]).
     #[serde(default)]
     pub(crate) queries: BTreeMap<Signal, String>,
@@ -71,78 +74,26 @@ fn default_query_delay_secs() -> f64 {
 fn default_max_points() -> usize {
     11_000
 }
-
-/// A selector for vLLM family `name` (given without the `vllm:` prefix)
-/// under either spelling a server may have stored: `vllm:x` as vLLM names
-/// it (Prometheus 3 with UTF-8 names, VictoriaMetrics, which scrapes text)
-/// or `vllm_x` (Prometheus 2.x scraping prometheus_client >= 0.23, which
-/// answers its OpenMetrics request with underscore-escaped names). Pods are
-/// summed across both, so a fleet mid-upgrade is counted whole; one series
-/// is stored under one spelling, so nothing is counted twice.
-fn vllm(name: &str, matchers: &str) -> String {
-    format!("{{__name__=~\"vllm[:_]{name}\"{matchers},$selector}}")
-}
-
-/// The default PromQL for a signal over vLLM's metric names, in either
-/// spelling ([`vllm`]). `$selector` and `$window` are filled in by
-/// [`PrometheusConfig::query`].
-pub(crate) fn default_query(signal: Signal) -> String {
-    let v = |name: &str| vllm(name, "");
-    let rate = |name: &str| format!("sum(rate({}[$window]))", v(name));
-    let hq = |q: &str, h: &str| {
-        format!("histogram_quantile({q}, sum by (le) (rate({}[$window])))", v(&format!("{h}_bucket")))
-    };
-    let mean = |h: &str| format!("{} / {}", rate(&format!("{h}_sum")), rate(&format!("{h}_count")));
-    let deferred = vllm("num_requests_waiting_by_reason", ",reason=\"deferred\"");
-    match signal {
-        Signal::Concurrency => {
-            format!("sum({}) + sum({})", v("num_requests_running"), v("num_requests_waiting"))
-        }
-        Signal::Running => format!("sum({})", v("num_requests_running")),
-        // Older vLLM has no reasons: nothing deferred.
-        Signal::QueueDepth => format!("sum({}) - (sum({deferred}) or vector(0))", v("num_requests_waiting")),
-        Signal::QueueDeferred => format!("sum({deferred})"),
-        // Refused requests are demand too; older vLLM refuses none by this name.
-        Signal::RequestRate => {
-            format!("{} + ({} or vector(0))", rate("request_success_total"), rate("admission_rejections_total"))
-        }
-        Signal::RejectionRate => rate("admission_rejections_total"),
-        Signal::PromptTokensRate => rate("prompt_tokens_total"),
-        Signal::GenerationTokensRate => rate("generation_tokens_total"),
-        Signal::KvCacheUsage => format!("avg({} or {})", v("kv_cache_usage_perc"), v("gpu_cache_usage_perc")),
-        Signal::TtftP50 => hq("0.5", "time_to_first_token_seconds"),
-        Signal::TtftP90 => hq("0.9", "time_to_first_token_seconds"),
-        Signal::TtftP99 => hq("0.99", "time_to_first_token_seconds"),
-        // vLLM's name, else its older one.
-        Signal::ItlP90 => {
-            format!("{} or {}", hq("0.9", "inter_token_latency_seconds"), hq("0.9", "time_per_output_token_seconds"))
-        }
-        Signal::E2eP50 => hq("0.5", "e2e_request_latency_seconds"),
-        Signal::E2eP90 => hq("0.9", "e2e_request_latency_seconds"),
-        Signal::E2eP99 => hq("0.99", "e2e_request_latency_seconds"),
-        Signal::QueueWaitP50 => hq("0.5", "request_queue_time_seconds"),
-        Signal::QueueWaitP90 => hq("0.9", "request_queue_time_seconds"),
-        Signal::QueueWaitP99 => hq("0.99", "request_queue_time_seconds"),
-        Signal::PromptTokensPerRequest => mean("request_prompt_tokens"),
-        Signal::GenerationTokensPerRequest => mean("request_generation_tokens"),
-        // vLLM 0.34's names, else the ones it dropped (older releases serve both).
-        Signal::PrefixCacheHitFraction => format!(
-            "({} / {}) or ({} / {})",
-            rate("prefix_cache_hits_total"),
-            rate("prefix_cache_queries_total"),
-            rate("gpu_prefix_cache_hits_total"),
-            rate("gpu_prefix_cache_queries_total")
-        ),
-    }
+fn default_max_workloads() -> usize {
+    1_000
 }
 
 impl PrometheusConfig {
-    /// The PromQL for `signal`, placeholders filled in.
+    /// The PromQL for `signal` of this workload alone, placeholders filled in.
+    #[cfg(test)]
     pub(crate) fn query(&self, signal: Signal) -> String {
-        let template = self.queries.get(&signal).cloned().unwrap_or_else(|| default_query(signal));
-        // `{a="b",$selector}` with no selector is `{a="b"}`, not a trailing comma.
-        let template = if self.selector.trim().is_empty() { template.replace(",$selector", "") } else { template };
-        template.replace("$selector", self.selector.trim()).replace("$window", &self.rate_window)
+        super::promql::fill(&self.template(signal), &self.selector, &self.rate_window, None)
+    }
+
+    /// The PromQL template for `signal`: the workload's own, else the default.
+    pub(crate) fn template(&self, signal: Signal) -> String {
+        self.queries.get(&signal).cloned().unwrap_or_else(|| default_query(signal))
+    }
+
+    /// The settings workloads must share to be polled together: everything
+    /// but the selector and the query templates.
+    pub(crate) fn shared(&self) -> PrometheusConfig {
+        PrometheusConfig { selector: String::new(), queries: BTreeMap::new(), ..self.clone() }
     }
 
     pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
@@ -164,6 +115,12 @@ impl PrometheusConfig {
         }
         if !(2..=11_000).contains(&self.max_points_per_query) {
             out.push(("max_points_per_query", format!("must be within 2..=11000, got {}", self.max_points_per_query)));
+        }
+        if !(1..=100_000).contains(&self.max_workloads_per_query) {
+            out.push((
+                "max_workloads_per_query",
+                format!("must be within 1..=100000, got {}", self.max_workloads_per_query),
+            ));
         }
         for (k, v) in &self.headers {
             if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err()
@@ -188,6 +145,22 @@ pub(crate) enum PromError {
     Decode { url: String, detail: String },
 }
 
+impl PromError {
+    /// Did the server (or our timeout) refuse the query for its size? Then
+    /// a smaller one may pass: Prometheus answers 422 `execution` for "would
+    /// load too many samples", 503 `timeout` for a slow query;
+    /// VictoriaMetrics 422 for its limits; a proxy 413 for a large body.
+    pub(crate) fn is_limit(&self) -> bool {
+        match self {
+            PromError::Http { source, .. } => source.is_timeout(),
+            PromError::Api { status, error_type, .. } => {
+                matches!(status, 413 | 422 | 503) || matches!(error_type.as_str(), "execution" | "timeout")
+            }
+            PromError::Decode { .. } => false,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct Envelope {
     status: String,
@@ -210,12 +183,21 @@ enum Data {
 
 #[derive(Deserialize)]
 struct VectorItem {
+    #[serde(default)]
+    metric: HashMap<String, String>,
     value: (f64, String),
 }
 
 #[derive(Deserialize)]
 struct MatrixItem {
+    #[serde(default)]
+    metric: HashMap<String, String>,
     values: Vec<(f64, String)>,
+}
+
+/// The value of `label` on a result series (`""` for no label: everything sums into one).
+fn group(metric: &HashMap<String, String>, label: Option<&str>) -> String {
+    label.and_then(|l| metric.get(l).cloned()).unwrap_or_default()
 }
 
 /// Prometheus writes values as strings, `NaN` and `+Inf` included.
@@ -251,6 +233,7 @@ impl Client {
 
     async fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Data, PromError> {
         let url = format!("{}{path}", self.base);
+        crate::telemetry::prometheus_query(if path.ends_with("query_range") { "range" } else { "instant" });
         let res = self
             .http
             .post(&url)
@@ -276,32 +259,47 @@ impl Client {
         env.data.ok_or_else(|| PromError::Decode { url, detail: "no data".into() })
     }
 
-    /// An instant query; `None` for an empty result (no series).
-    pub(crate) async fn instant(&self, query: &str, at: SystemTime) -> Result<Option<f64>, PromError> {
+    /// An instant query, its series summed per value of `label` (all into
+    /// `""` without one); no entry for a value with no series.
+    pub(crate) async fn instant(
+        &self,
+        query: &str,
+        at: SystemTime,
+        label: Option<&str>,
+    ) -> Result<HashMap<String, f64>, PromError> {
         let data =
             self.get("/api/v1/query", &[("query", query.to_string()), ("time", format!("{:.3}", unix(at)))]).await?;
-        Ok(match data {
-            Data::Vector(items) if items.is_empty() => None,
-            Data::Vector(items) => Some(items.iter().map(|i| number(&i.value.1)).sum()),
-            Data::Scalar((_, v)) => Some(number(&v)),
+        let mut out = HashMap::new();
+        match data {
+            Data::Vector(items) => {
+                for i in items {
+                    *out.entry(group(&i.metric, label)).or_default() += number(&i.value.1);
+                }
+            }
+            Data::Scalar((_, v)) => {
+                out.insert(String::new(), number(&v));
+            }
             Data::Matrix(_) | Data::String(_) => {
                 return Err(PromError::Decode {
                     url: self.base.clone(),
                     detail: "instant query gave a matrix or string".into(),
                 })
             }
-        })
+        }
+        Ok(out)
     }
 
     /// `query_range` over [start, end] (inclusive) at `step`; values summed
-    /// across series per timestamp, as (unix secs, value).
+    /// per value of `label` (all into `""` without one) and timestamp, as
+    /// (unix secs, value).
     pub(crate) async fn range(
         &self,
         query: &str,
         start: f64,
         end: f64,
         step: f64,
-    ) -> Result<Vec<(f64, f64)>, PromError> {
+        label: Option<&str>,
+    ) -> Result<HashMap<String, Vec<(f64, f64)>>, PromError> {
         let data = self
             .get(
                 "/api/v1/query_range",
@@ -319,13 +317,14 @@ impl Client {
                 detail: "query_range did not give a matrix".into(),
             });
         };
-        let mut sums: BTreeMap<i64, f64> = BTreeMap::new();
+        let mut sums: HashMap<String, BTreeMap<i64, f64>> = HashMap::new();
         for s in series {
+            let g = sums.entry(group(&s.metric, label)).or_default();
             for (t, v) in s.values {
-                *sums.entry((t * 1000.0).round() as i64).or_default() += number(&v);
+                *g.entry((t * 1000.0).round() as i64).or_default() += number(&v);
             }
         }
-        Ok(sums.into_iter().map(|(ms, v)| (ms as f64 / 1000.0, v)).collect())
+        Ok(sums.into_iter().map(|(k, g)| (k, g.into_iter().map(|(ms, v)| (ms as f64 / 1000.0, v)).collect())).collect())
     }
 }
 
@@ -344,24 +343,31 @@ pub(crate) fn chunks(first: i64, last: i64, max_points: usize) -> Vec<(i64, i64)
 }
 
 /// Per-bucket values for buckets [first, last] from a range query evaluated
-/// at bucket ends; NaN where Prometheus had nothing.
+/// at bucket ends, per value of `label`; NaN where Prometheus had nothing.
 pub(crate) async fn bucket_values(
     client: &Client,
     query: &str,
+    label: Option<&str>,
     first: i64,
     last: i64,
     res_secs: f64,
-) -> Result<Vec<f64>, PromError> {
-    let points = client.range(query, (first + 1) as f64 * res_secs, (last + 1) as f64 * res_secs, res_secs).await?;
-    let mut values = vec![f64::NAN; (last - first + 1).max(0) as usize];
-    let by_bucket: HashMap<i64, f64> =
-        points.into_iter().map(|(t, v)| (((t / res_secs).round() as i64) - 1, v)).collect();
-    for (i, v) in values.iter_mut().enumerate() {
-        if let Some(x) = by_bucket.get(&(first + i as i64)) {
-            *v = *x;
-        }
-    }
-    Ok(values)
+) -> Result<HashMap<String, Vec<f64>>, PromError> {
+    let groups =
+        client.range(query, (first + 1) as f64 * res_secs, (last + 1) as f64 * res_secs, res_secs, label).await?;
+    let len = (last - first + 1).max(0) as usize;
+    Ok(groups
+        .into_iter()
+        .map(|(k, points)| {
+            let mut values = vec![f64::NAN; len];
+            for (t, v) in points {
+                let i = ((t / res_secs).round() as i64) - 1 - first;
+                if let Some(slot) = usize::try_from(i).ok().and_then(|i| values.get_mut(i)) {
+                    *slot = v;
+                }
+            }
+            (k, values)
+        })
+        .collect())
 }
 
 #[cfg(test)]

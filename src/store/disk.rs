@@ -244,6 +244,7 @@ pub(super) fn load_series(db: &Database, path: &Path) -> Result<Inner, StoreErro
         expired_before: i64::MIN,
         last_prune: None,
         durable_through: None,
+        recent_keep: std::time::Duration::ZERO,
     };
     for entry in names.iter().ctx(path, "read series")? {
         let (name, id) = entry.ctx(path, "read series")?;

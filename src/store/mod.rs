@@ -53,7 +53,7 @@ mod disk;
 mod error;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     panic::{self, AssertUnwindSafe},
     path::{Path, PathBuf},
     sync::{
@@ -151,12 +151,27 @@ struct SeriesState {
     disk_max: Option<i64>,
     /// Newest bucket holding a value, memory or disk.
     newest: Option<i64>,
-    latest: Option<(f64, SystemTime)>,
+    /// The latest values, oldest first, within [`Inner::recent_keep`] of the newest (at least the newest).
+    recent: VecDeque<(f64, SystemTime)>,
 }
 
 impl SeriesState {
     fn new(id: u32, name: Arc<str>, persisted: bool) -> Self {
-        SeriesState { id, name, persisted, chunks: Vec::new(), disk_max: None, newest: None, latest: None }
+        SeriesState { id, name, persisted, chunks: Vec::new(), disk_max: None, newest: None, recent: VecDeque::new() }
+    }
+
+    /// Take `value` at `t` as the latest unless an older time; keep the
+    /// values within `keep` of it. A second value at the same time replaces the first.
+    fn note_latest(&mut self, value: f64, t: SystemTime, keep: Duration) {
+        match self.recent.back_mut() {
+            Some((v, lt)) if *lt == t => *v = value,
+            Some((_, lt)) if *lt > t => return,
+            _ => self.recent.push_back((value, t)),
+        }
+        let since = t.checked_sub(keep).unwrap_or(UNIX_EPOCH);
+        while self.recent.len() > 1 && self.recent.front().is_some_and(|(_, at)| *at < since) {
+            self.recent.pop_front();
+        }
     }
 
     fn chunk_pos(&self, index: i64) -> Result<usize, usize> {
@@ -173,6 +188,8 @@ struct Inner {
     last_prune: Option<SystemTime>,
     /// Newest durable bucket over all series.
     durable_through: Option<i64>,
+    /// How far back each series keeps its latest values ([`Store::keep_recent`]).
+    recent_keep: Duration,
 }
 
 impl Inner {
@@ -275,18 +292,19 @@ impl Store {
     /// latest if `t` is newer. Times before 1970 or in expired chunks are
     /// dropped and counted in [`dropped_rejected`](Self::dropped_rejected).
     pub fn record(&self, series: &str, t: SystemTime, value: f64) {
-        self.write(series, t, value, MemChunk::add)
+        self.write(series, t, value, MemChunk::add, true)
     }
 
     /// Set the bucket holding `t` to `value`, whatever it held: for sources
     /// whose value is one evaluation per bucket that may be read again as
     /// late data settles (a Prometheus-compatible server's recent buckets).
-    /// Otherwise as [`record`](Self::record).
+    /// Otherwise as [`record`](Self::record), but the latest value is left
+    /// alone: a bucket's value is not a reading taken at its start.
     pub(crate) fn replace(&self, series: &str, t: SystemTime, value: f64) {
-        self.write(series, t, value, MemChunk::set)
+        self.write(series, t, value, MemChunk::set, false)
     }
 
-    fn write(&self, series: &str, t: SystemTime, value: f64, op: fn(&mut MemChunk, usize, f64)) {
+    fn write(&self, series: &str, t: SystemTime, value: f64, op: fn(&mut MemChunk, usize, f64), latest: bool) {
         if !value.is_finite() {
             self.non_finite.fetch_add(1, Ordering::Relaxed);
             return;
@@ -302,6 +320,7 @@ impl Store {
         let Some(si) = inner.series_index(series) else {
             return self.reject(series, "series id space exhausted");
         };
+        let keep = inner.recent_keep;
         let s = &mut inner.series[si];
         let pos = match s.chunk_pos(c) {
             Ok(pos) => pos,
@@ -325,8 +344,8 @@ impl Store {
         };
         op(&mut s.chunks[pos], i, value);
         s.newest = s.newest.max(Some(b));
-        if s.latest.is_none_or(|(_, lt)| t >= lt) {
-            s.latest = Some((value, t));
+        if latest {
+            s.note_latest(value, t, keep);
         }
     }
 
@@ -342,16 +361,31 @@ impl Store {
         let Some(si) = inner.series_index(series) else {
             return self.reject(series, "series id space exhausted");
         };
-        let s = &mut inner.series[si];
-        if s.latest.is_none_or(|(_, lt)| t >= lt) {
-            s.latest = Some((value, t));
-        }
+        let keep = inner.recent_keep;
+        inner.series[si].note_latest(value, t, keep);
     }
 
     /// The latest value and its time, from `record` or `set_latest` in this
     /// process (not restored from disk: after a restart it is not fresh).
     pub fn latest(&self, series: &str) -> Option<(f64, SystemTime)> {
-        lock(&self.inner).get(series)?.latest
+        lock(&self.inner).get(series)?.recent.back().copied()
+    }
+
+    /// The latest values at or after `since`, oldest first: the readings a
+    /// scale-down hold looks back over. Kept for [`keep_recent`](Store::keep_recent).
+    pub fn recent(&self, series: &str, since: SystemTime) -> Vec<(f64, SystemTime)> {
+        let inner = lock(&self.inner);
+        inner.get(series).map_or_else(Vec::new, |s| s.recent.iter().filter(|(_, t)| *t >= since).copied().collect())
+    }
+
+    /// Keep each series' latest values for `keep` (the scale-down window); by default only the latest.
+    pub fn keep_recent(&self, keep: Duration) {
+        lock(&self.inner).recent_keep = keep;
+    }
+
+    /// How long each series keeps its latest values ([`keep_recent`](Store::keep_recent)).
+    pub fn recent_window(&self) -> Duration {
+        lock(&self.inner).recent_keep
     }
 
     /// Bulk backfill: consecutive buckets from `start` (aligned down to the
@@ -361,78 +395,96 @@ impl Store {
     /// skipped; buckets in expired chunks are skipped. Durable when it returns
     /// (chunks in memory are merged there and become durable with the next flush).
     pub fn backfill(&self, series: &str, start: SystemTime, values: &[f64]) -> Result<(), StoreError> {
-        let b0 = self.bucket_of(start).ok_or_else(|| self.before_epoch("backfill start"))?;
-        let infinite = values.iter().filter(|v| v.is_infinite()).count();
-        self.non_finite.fetch_add(infinite as u64, Ordering::Relaxed);
-        let Some(last) = values.iter().rposition(|v| v.is_finite()) else {
-            return Ok(());
-        };
-        let end = b0 + last as i64 + 1;
+        self.backfill_many(&[(series, start, values)])
+    }
+
+    /// [`backfill`](Store::backfill) of several series in one durable
+    /// transaction: a batched source writes a thousand workloads' history
+    /// with one commit (one fsync), not a thousand.
+    pub fn backfill_many(&self, items: &[(&str, SystemTime, &[f64])]) -> Result<(), StoreError> {
+        // Per item: (series index, first bucket, values, chunks to merge on disk, newest bucket, newest on disk).
+        type Planned<'v> = (usize, i64, &'v [f64], Vec<(i64, i64, i64)>, Option<i64>, Option<i64>);
         let mut inner = lock(&self.inner);
         let expired = inner.expired_before;
-        let si = inner.series_index(series).ok_or_else(|| StoreError::TooManySeries { path: self.path.clone() })?;
-        let s = &mut inner.series[si];
-        // (chunk index, first bucket, end bucket) of chunks to merge on disk.
-        let mut on_disk = Vec::new();
-        let (mut newest, mut disk_newest) = (None, None);
-        for c in chunk::split(b0).0..=chunk::split(end - 1).0 {
-            let (lo, hi) = (chunk::first_bucket(c).max(b0), (chunk::first_bucket(c) + CHUNK_LEN as i64).min(end));
-            let part = &values[(lo - b0) as usize..(hi - b0) as usize];
-            let Some(top) = part.iter().rposition(|v| v.is_finite()) else { continue };
-            if c < expired {
+        let mut planned: Vec<Planned<'_>> = Vec::with_capacity(items.len());
+        for &(series, start, values) in items {
+            let b0 = self.bucket_of(start).ok_or_else(|| self.before_epoch("backfill start"))?;
+            let infinite = values.iter().filter(|v| v.is_infinite()).count();
+            self.non_finite.fetch_add(infinite as u64, Ordering::Relaxed);
+            let Some(last) = values.iter().rposition(|v| v.is_finite()) else {
                 continue;
-            }
-            let top = Some(lo + top as i64);
-            newest = newest.max(top);
-            match s.chunk_pos(c) {
-                Ok(pos) => {
-                    let m = &mut s.chunks[pos];
-                    let off = (lo - chunk::first_bucket(c)) as usize;
-                    for (k, v) in part.iter().enumerate().filter(|(_, v)| v.is_finite()) {
-                        m.fill(off + k, *v);
-                    }
+            };
+            let end = b0 + last as i64 + 1;
+            let si = inner.series_index(series).ok_or_else(|| StoreError::TooManySeries { path: self.path.clone() })?;
+            let s = &mut inner.series[si];
+            let mut on_disk = Vec::new();
+            let (mut newest, mut disk_newest) = (None, None);
+            for c in chunk::split(b0).0..=chunk::split(end - 1).0 {
+                let (lo, hi) = (chunk::first_bucket(c).max(b0), (chunk::first_bucket(c) + CHUNK_LEN as i64).min(end));
+                let part = &values[(lo - b0) as usize..(hi - b0) as usize];
+                let Some(top) = part.iter().rposition(|v| v.is_finite()) else { continue };
+                if c < expired {
+                    continue;
                 }
-                Err(_) => {
-                    on_disk.push((c, lo, hi));
-                    disk_newest = disk_newest.max(top);
-                }
-            }
-        }
-        if !on_disk.is_empty() {
-            let txn = self.handle()?.begin_write().ctx(&self.path, "begin backfill")?;
-            {
-                if !s.persisted {
-                    txn.open_table(NAMES)
-                        .ctx(&self.path, "open series table")?
-                        .insert(&*s.name, s.id)
-                        .ctx(&self.path, "insert series")?;
-                }
-                let mut table = txn.open_table(CHUNKS).ctx(&self.path, "open chunk table")?;
-                for &(c, lo, hi) in &on_disk {
-                    let existing = table.get((s.id, c)).ctx(&self.path, "read chunk")?.map(|g| g.value().to_vec());
-                    let mut bytes = match existing {
-                        Some(b) => self.checked(s.id, c, b)?,
-                        None => chunk::empty_bytes(),
-                    };
-                    let off = (lo - chunk::first_bucket(c)) as usize;
-                    let mut changed = false;
-                    for (k, v) in values[(lo - b0) as usize..(hi - b0) as usize].iter().enumerate() {
-                        if v.is_finite() && chunk::stored(&bytes, off + k).is_nan() {
-                            chunk::store(&mut bytes, off + k, *v);
-                            changed = true;
+                let top = Some(lo + top as i64);
+                newest = newest.max(top);
+                match s.chunk_pos(c) {
+                    Ok(pos) => {
+                        let m = &mut s.chunks[pos];
+                        let off = (lo - chunk::first_bucket(c)) as usize;
+                        for (k, v) in part.iter().enumerate().filter(|(_, v)| v.is_finite()) {
+                            m.fill(off + k, *v);
                         }
                     }
-                    if changed {
-                        table.insert((s.id, c), bytes.as_slice()).ctx(&self.path, "write chunk")?;
+                    Err(_) => {
+                        on_disk.push((c, lo, hi));
+                        disk_newest = disk_newest.max(top);
+                    }
+                }
+            }
+            planned.push((si, b0, values, on_disk, newest, disk_newest));
+        }
+        if planned.iter().any(|p| !p.3.is_empty()) {
+            let txn = self.handle()?.begin_write().ctx(&self.path, "begin backfill")?;
+            {
+                let mut names = txn.open_table(NAMES).ctx(&self.path, "open series table")?;
+                let mut table = txn.open_table(CHUNKS).ctx(&self.path, "open chunk table")?;
+                for (si, b0, values, on_disk, ..) in planned.iter().filter(|p| !p.3.is_empty()) {
+                    let s = &inner.series[*si];
+                    if !s.persisted {
+                        names.insert(&*s.name, s.id).ctx(&self.path, "insert series")?;
+                    }
+                    for &(c, lo, hi) in on_disk {
+                        let existing = table.get((s.id, c)).ctx(&self.path, "read chunk")?.map(|g| g.value().to_vec());
+                        let mut bytes = match existing {
+                            Some(b) => self.checked(s.id, c, b)?,
+                            None => chunk::empty_bytes(),
+                        };
+                        let off = (lo - chunk::first_bucket(c)) as usize;
+                        let mut changed = false;
+                        for (k, v) in values[(lo - b0) as usize..(hi - b0) as usize].iter().enumerate() {
+                            if v.is_finite() && chunk::stored(&bytes, off + k).is_nan() {
+                                chunk::store(&mut bytes, off + k, *v);
+                                changed = true;
+                            }
+                        }
+                        if changed {
+                            table.insert((s.id, c), bytes.as_slice()).ctx(&self.path, "write chunk")?;
+                        }
                     }
                 }
             }
             txn.commit().ctx(&self.path, "commit backfill")?;
-            s.persisted = true;
-            s.disk_max = s.disk_max.max(on_disk.last().map(|&(c, ..)| c));
         }
-        s.newest = s.newest.max(newest);
-        inner.durable_through = inner.durable_through.max(disk_newest);
+        for (si, _, _, on_disk, newest, disk_newest) in planned {
+            let s = &mut inner.series[si];
+            if let Some(&(c, ..)) = on_disk.last() {
+                s.persisted = true;
+                s.disk_max = s.disk_max.max(Some(c));
+            }
+            s.newest = s.newest.max(newest);
+            inner.durable_through = inner.durable_through.max(disk_newest);
+        }
         Ok(())
     }
 

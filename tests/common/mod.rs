@@ -16,13 +16,25 @@ use std::{
 
 /// The status code of `GET path` on `addr` (plain HTTP/1.0), if it answered.
 pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    http(addr, path)?.0.parse().ok()
+}
+
+/// The body of `GET path` on `addr` (plain HTTP/1.0) when it answered 200.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let (status, body) = http(addr, path)?;
+    (status == "200").then_some(body)
+}
+
+/// `GET path` on `addr` over plain HTTP/1.0: the status code as written, and the body.
+fn http(addr: SocketAddr, path: &str) -> Option<(String, String)> {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    c.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(c, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
     let mut buf = String::new();
     c.read_to_string(&mut buf).ok()?;
-    buf.split_whitespace().nth(1)?.parse().ok()
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((buf.as_str(), ""));
+    Some((head.split_whitespace().nth(1)?.to_string(), body.to_string()))
 }
 
 pub fn bin() -> PathBuf {
@@ -339,4 +351,58 @@ impl Drop for Kill {
 /// A loopback port free a moment ago, for servers that take a port number.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Write a simulated fleet's past (its config in `fleet`, started at `origin`)
+/// into the Prometheus TSDB at `tsdb` as blocks, sampled every 15 s up to
+/// `to`, each pod labelled with its entry of `labels`: what Prometheus would
+/// have scraped.
+pub fn import_history(fleet: &Path, origin: f64, to: f64, labels: &[String], tsdb: &Path) {
+    let om = fleet.with_extension("om");
+    {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&om).unwrap());
+        foresight::cli::tools::sim_export(fleet, origin, origin, to, 15.0, labels, &mut out).unwrap();
+    }
+    let made = Command::new("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&om)
+        .arg(tsdb)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "promtool: {}", String::from_utf8_lossy(&made.stderr));
+}
+
+/// A real Prometheus on loopback scraping `targets` (host:port) every second
+/// into the TSDB at `tsdb` (which may already hold imported blocks), logging
+/// to `dir`/prometheus.log; returns it once ready, and its port.
+pub async fn start_prometheus(dir: &Path, tsdb: &Path, targets: &[String]) -> (Kill, u16) {
+    let port = free_port();
+    let cfg = dir.join("prometheus.yml");
+    let quoted: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+    std::fs::write(
+        &cfg,
+        format!(
+            "global: {{scrape_interval: 1s, scrape_timeout: 900ms}}\nscrape_configs:\n  - job_name: vllm\n    static_configs:\n      - targets: [{}]\n",
+            quoted.join(", ")
+        ),
+    )
+    .unwrap();
+    let prom = Kill(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!("--storage.tsdb.path={}", tsdb.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--storage.tsdb.retention.time=30d")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(dir.join("prometheus.log")).unwrap()))
+            .spawn()
+            .unwrap(),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let started = Instant::now();
+    while http_status(addr, "/-/ready") != Some(200) {
+        assert!(started.elapsed() < Duration::from_secs(60), "Prometheus did not get ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (prom, port)
 }
