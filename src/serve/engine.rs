@@ -415,8 +415,9 @@ impl Engine {
                     }
                     slot.state.forecast = Some(f);
                     slot.state.forecast_error = None;
-                    // The next grid point: every replica refits at the same instants.
-                    slot.refit_due = Some(key_grid(now, interval, &done.key) + interval);
+                    // The next grid point after the one fitted: every replica refits at the same
+                    // instants, and a fit that finished late is followed at once, for the latest point.
+                    slot.refit_due = Some(done.at + interval);
                 }
                 Err(why) => {
                     if slot.state.forecast_error.as_ref() != Some(&why) {
@@ -455,7 +456,10 @@ impl Engine {
         }
         // Hours-ahead forecasts for the spare plan, less often: they change slowly and cost more.
         let Some(&longest) = self.sizing.spare_horizons_secs.last() else { return };
-        if self.pools.is_empty() && self.cluster.is_none() {
+        // No pools (configured or read from the cluster), no spare plan: its fits would cost
+        // each workload a forecast hours ahead for nothing. (The cluster receiver is always
+        // there; whether it has delivered pools is what counts.)
+        if self.pools.is_empty() && self.cluster_view().is_none_or(|v| v.pools.is_empty()) {
             return;
         }
         let every = self.forecast.refit_interval.max(std::time::Duration::from_secs(SPARE_REFIT_SECS));

@@ -48,7 +48,8 @@ pub struct ForecastView {
     /// When the model was last chosen by backtest (refits in between reuse it).
     pub selected_at: String,
     pub(crate) level_shift: Option<f64>,
-    /// When the fit ran.
+    /// The instant the fit is as of: its grid point (history up to there,
+    /// less what the source may still revise). The fit ran after it.
     pub fitted_at: String,
     /// Time of the first forecast point (one step after the last complete bucket).
     pub start: String,
@@ -93,6 +94,8 @@ pub(crate) struct Done {
     pub(crate) key: String,
     pub(crate) signal: Signal,
     pub(crate) spare: bool,
+    /// The grid point the fit was as of.
+    pub(crate) at: SystemTime,
     pub(crate) outcome: Outcome,
 }
 
@@ -184,10 +187,10 @@ impl Refitter {
                     let lag = SystemTime::now().duration_since(job.now).map_or(0.0, |d| d.as_secs_f64());
                     crate::telemetry::refit_done(outcome.is_ok(), lag);
                     match &outcome {
-                        Ok(f) => debug!(workload = %key, model = %f.model, regime = f.regime.as_str(), fit_ms = f.fit_ms, "forecast refitted"),
+                        Ok(f) => debug!(workload = %key, signal = %signal, spare, at = %rfc3339(job.now), model = %f.model, fit_ms = f.fit_ms, "forecast refitted"),
                         Err(e) => debug!(workload = %key, error = %e, "no forecast"),
                     }
-                    if done_tx.send(Done { id, key, signal, spare, outcome }).is_err() {
+                    if done_tx.send(Done { id, key, signal, spare, at: job.now, outcome }).is_err() {
                         return;
                     }
                 }
