@@ -29,11 +29,7 @@ use crate::{
 /// A source that stays down is logged once a minute per workload and kind
 /// of failure (with how many were held back), not once a poll; the
 /// `foresight_source_errors_total` counter still counts every one.
-const WARN_EVERY: Duration = Duration::from_secs(60);
-
-fn unix(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
-}
+pub(super) const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// Where a collector writes: history into the store, its own status beside it.
 #[derive(Clone)]
@@ -132,7 +128,7 @@ async fn simulated(
 async fn with_history(w: &Workload, c: &SimulatedConfig, store: &Arc<Store>) -> Result<Fleet, String> {
     let res = store.resolution();
     // The past starts on a bucket boundary, so each reading fills one bucket.
-    let now = unix(SystemTime::now());
+    let now = super::decide::unix(SystemTime::now());
     let from = if c.backfill_secs > 0.0 {
         crate::sources::simulated::bucket_start(UNIX_EPOCH + Duration::from_secs_f64(now - c.backfill_secs), res)
     } else {

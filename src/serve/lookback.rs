@@ -11,7 +11,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{decide::Past, refit::grid};
+use super::{
+    decide::{unix as secs, Past},
+    refit::grid,
+};
 use crate::{
     sizing::headroom::{Headroom, HeadroomConfig},
     sources::Signal,
@@ -45,10 +48,6 @@ pub(super) fn past_readings(store: &Store, w: &Workload, now: SystemTime, window
 #[derive(Debug, Clone, Default)]
 pub(super) struct Replayed {
     base: Option<(SystemTime, i64, Headroom)>,
-}
-
-fn secs(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Replayed {

@@ -28,7 +28,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::collector::{note_empty, Sinks};
+use super::{
+    collector::{note_empty, Sinks, WARN_EVERY},
+    decide::unix,
+};
 use crate::{
     sources::{
         prometheus::{bucket_values, chunks, Client, PromError, PrometheusConfig},
@@ -45,18 +48,11 @@ const MAX_POINTS_PER_RESPONSE: usize = 1_000_000;
 /// Batches queried at once within a poll.
 const PARALLEL_QUERIES: usize = 4;
 
-/// A source that stays down is logged once a minute per batch, not once a poll.
-const WARN_EVERY: Duration = Duration::from_secs(60);
-
 /// A Prometheus-compatible server may still change a bucket this long after
 /// it ended: VictoriaMetrics answers for its newest 30 s (`-search.latencyOffset`)
 /// from samples not all searchable yet, remote write and Mimir or Thanos
 /// ingestion land late. Such buckets are read again each poll until older.
 pub(crate) const LATE_DATA_SECS: f64 = 120.0;
-
-fn unix(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
-}
 
 fn at_unix(secs: f64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs_f64(secs.max(0.0))

@@ -307,7 +307,7 @@ pub(super) fn settle_secs(w: &Workload) -> f64 {
 /// horizon, settings), the selection, and when it was made.
 type Selections = HashMap<String, (SelectionKey, Selection, SystemTime)>;
 
-#[derive(PartialEq)]
+#[derive(Clone, PartialEq)]
 struct SelectionKey {
     signal: Signal,
     horizon: usize,
@@ -342,7 +342,7 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
     })?;
     // The worker count is not a forecast setting: changing it keeps the choices.
     let settings = ForecastSettings { refit_threads: 0, ..job.settings.as_ref().clone() };
-    let key = SelectionKey { signal: job.signal, horizon, settings: settings.clone() };
+    let key = SelectionKey { signal: job.signal, horizon, settings };
     let at = selection_key(&job.key, job.signal, job.spare);
     // Models are chosen on the reselect grid, from the history as of its last
     // point, and refitted in between: a replica that starts mid-interval
@@ -370,7 +370,7 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
                 history_to(epoch).and_then(|h| forecaster.forecast(&h, horizon, &Choice::Auto).map_err(Into::into));
             match then {
                 Ok(f) if f.selection.regime.is_some() => {
-                    selections.insert(at.clone(), (SelectionKey { ..key }, f.selection.clone(), epoch));
+                    selections.insert(at.clone(), (key.clone(), f.selection.clone(), epoch));
                     Choice::Reuse(f.selection)
                 }
                 // Too little history then: choose afresh each refit until the next grid point.
@@ -379,7 +379,6 @@ fn refit(store: &Store, job: &Job, selections: &mut Selections) -> Outcome {
         }
         None => Choice::Auto,
     };
-    let key = SelectionKey { signal: job.signal, horizon, settings };
     let reusing = matches!(choice, Choice::Reuse(_));
     let f = match forecaster.forecast(&s, horizon, &choice) {
         Ok(f) => f,
