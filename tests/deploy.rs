@@ -7,7 +7,7 @@ use std::{collections::HashMap, path::Path};
 use foresight::{config::Settings, proto::ScaledObjectRef, scaler::metadata};
 use serde_yaml_ng::Value;
 
-fn docs() -> Vec<(String, Value)> {
+pub(crate) fn docs() -> Vec<(String, Value)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
     let mut out = Vec::new();
     let mut stack = vec![root.clone()];

@@ -27,6 +27,7 @@ mod refit;
 mod replay;
 mod restart;
 mod scaler;
+mod schemas;
 mod scrape;
 mod security;
 mod serve;
