@@ -38,6 +38,8 @@ pub struct Workload {
     pub(crate) shape: Option<StatedShape>,
     /// Prefill/decode roles, each sized on its own (empty: one role, the workload).
     pub roles: Vec<Role>,
+    /// What the config left out and was filled in (`check-config` prints it).
+    pub(crate) assumed: Vec<String>,
 }
 
 /// One role of a disaggregated workload: its own Deployment, profile, bounds and shape.

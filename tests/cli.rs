@@ -35,6 +35,28 @@ fn a_good_config_is_summarised() {
 }
 
 #[test]
+fn name_model_and_source_are_enough_and_the_assumptions_are_printed() {
+    let minimal = "workloads:
+  - name: llama-8b
+    model: llama-3.1-8b-h100
+    source: {scrape: {targets: [http://10.0.0.5:8000/metrics]}}
+";
+    let (code, out, err) = check(minimal);
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "sized on concurrency at 32 per replica",
+        "assumed target: in-flight requests (`concurrency`)",
+        "assumed target.per_replica: 32, the `llama-3.1-8b-h100` profile's concurrency_per_replica",
+        "assumed replicas: 0..=10",
+    ] {
+        assert!(out.contains(line), "missing `{line}` in:\n{out}");
+    }
+    // What the user states is not reported as assumed.
+    let (_, out, _) = check(GOOD);
+    assert!(!out.contains("assumed target:") && out.contains("assumed target.per_replica: 32"), "{out}");
+}
+
+#[test]
 fn the_shipped_demo_config_is_valid() {
     let (code, _, err) = run(&["check-config", concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/local/foresight.yaml")]);
     assert_eq!(code, 0, "{err}");

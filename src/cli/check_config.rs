@@ -29,6 +29,9 @@ pub(super) fn run(file: &std::path::Path) -> ExitCode {
                     w.target.signal,
                     w.target.per_replica
                 );
+                for a in &w.assumed {
+                    println!("    assumed {a}");
+                }
                 for r in &w.roles {
                     let p = &r.profile;
                     let on = match r.kind {

@@ -458,6 +458,19 @@ fn validate(
         if !seen.insert(workload_key(&w.namespace, &w.name)) {
             bad(at("name"), format!("workload `{}` appears twice in namespace `{}`", w.name, w.namespace));
         }
+        // What the config left out and was filled in, for `check-config` to print.
+        let mut assumed = Vec::new();
+        let target = w.target.unwrap_or_else(|| {
+            assumed.push("target: in-flight requests (`concurrency`)".to_string());
+            raw::RawTarget { signal: Signal::Concurrency, per_replica: None }
+        });
+        if w.min_replicas.is_none() || w.max_replicas.is_none() {
+            assumed.push(format!(
+                "replicas: {}..={} (defaults.min_replicas / max_replicas where not set)",
+                w.min_replicas.unwrap_or(d.min_replicas),
+                w.max_replicas.unwrap_or(d.max_replicas)
+            ));
+        }
         let min_replicas = w.min_replicas.unwrap_or(d.min_replicas);
         let max_replicas = w.max_replicas.unwrap_or(d.max_replicas);
         if max_replicas == 0 || max_replicas > MAX_REPLICAS {
@@ -472,15 +485,15 @@ fn validate(
         }
         let signals = match &w.signals {
             Some(list) => {
-                if !list.contains(&w.target.signal) {
-                    bad(at("target.signal"), format!("`{}` is not in this workload's signals", w.target.signal));
+                if !list.contains(&target.signal) {
+                    bad(at("target.signal"), format!("`{}` is not in this workload's signals", target.signal));
                 }
                 list.clone()
             }
             None => {
                 let mut list = Signal::DEFAULT.to_vec();
-                if !list.contains(&w.target.signal) {
-                    list.push(w.target.signal);
+                if !list.contains(&target.signal) {
+                    list.push(target.signal);
                 }
                 list
             }
@@ -510,9 +523,15 @@ fn validate(
             bad(at("model"), format!("unknown model profile `{}`; known: {}", w.model, known.join(", ")));
             continue;
         };
-        let per_replica = match (w.target.per_replica, w.target.signal) {
+        let per_replica = match (target.per_replica, target.signal) {
             (Some(v), _) => v,
-            (None, Signal::Concurrency) => profile.concurrency_per_replica,
+            (None, Signal::Concurrency) => {
+                assumed.push(format!(
+                    "target.per_replica: {}, the `{}` profile's concurrency_per_replica",
+                    profile.concurrency_per_replica, profile.name
+                ));
+                profile.concurrency_per_replica
+            }
             (None, other) => {
                 bad(
                     at("target.per_replica"),
@@ -534,10 +553,11 @@ fn validate(
             min_replicas,
             max_replicas,
             signals,
-            target: Target { signal: w.target.signal, per_replica },
+            target: Target { signal: target.signal, per_replica },
             activation_threshold,
             stale_after,
             source: w.source,
+            assumed,
             shadow: w.shadow,
             shape: w.shape,
             roles,

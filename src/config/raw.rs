@@ -549,7 +549,10 @@ pub(crate) struct RawWorkload {
     #[serde(default)]
     pub(crate) signals: Option<Vec<Signal>>,
     /// The signal replicas are sized on, and what one replica handles.
-    pub(crate) target: RawTarget,
+    /// Default: in-flight requests (`concurrency`) at the profile's
+    /// `concurrency_per_replica`.
+    #[serde(default)]
+    pub(crate) target: Option<RawTarget>,
     #[serde(default)]
     pub(crate) activation_threshold: Option<f64>,
     /// Signals older than this are stale: no decision, KEDA's fallback applies.
