@@ -130,6 +130,31 @@ fn foresight_deployment_config_and_service_agree() {
     assert_eq!(grpc["port"].as_i64(), Some(grpc_port));
 }
 
+/// Every ScaledObject, and the one KServe writes for an LLMInferenceService
+/// whose `spec.scaling.keda` lists triggers (`<name>-kserve-keda` around the
+/// `<name>-kserve` Deployment, bounds from `spec.scaling`).
+fn scaled_objects(docs: &[(String, Value)]) -> Vec<(String, Value)> {
+    let mut out: Vec<(String, Value)> = docs.iter().filter(|(_, v)| v["kind"] == "ScaledObject").cloned().collect();
+    for (name, llm) in docs.iter().filter(|(_, v)| v["kind"] == "LLMInferenceService") {
+        let scaling = &llm["spec"]["scaling"];
+        if scaling["keda"]["triggers"].is_sequence() {
+            let n = s(llm, "metadata.name");
+            let so = serde_json::json!({
+                "kind": "ScaledObject",
+                "metadata": {"name": format!("{n}-kserve-keda"), "namespace": s(llm, "metadata.namespace")},
+                "spec": {
+                    "scaleTargetRef": {"name": format!("{n}-kserve")},
+                    "minReplicaCount": scaling["minReplicas"].as_u64().unwrap_or(1),
+                    "maxReplicaCount": scaling["maxReplicas"].as_u64(),
+                    "triggers": serde_json::to_value(&scaling["keda"]["triggers"]).unwrap(),
+                },
+            });
+            out.push((format!("{name} (spec.scaling.keda)"), serde_yaml_ng::to_value(so).unwrap()));
+        }
+    }
+    out
+}
+
 #[test]
 fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
     let docs = docs();
@@ -138,7 +163,7 @@ fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
     let mut triggers = 0;
     let mut balloons = 0;
     let mut roles = 0;
-    for (name, so) in docs.iter().filter(|(_, v)| v["kind"] == "ScaledObject") {
+    for (name, so) in scaled_objects(&docs).iter() {
         let ns = s(so, "metadata.namespace");
         for t in so["spec"]["triggers"].as_sequence().unwrap() {
             let kind = s(t, "type");
@@ -217,7 +242,7 @@ fn every_keda_trigger_names_a_served_workload_with_valid_metadata() {
             triggers += 1;
         }
     }
-    assert!(triggers >= 3, "pull, push and mTLS examples");
+    assert!(triggers >= 5, "pull, push, mTLS, KServe InferenceService and LLMInferenceService examples");
     assert_eq!(roles, 4, "an llm-d and a KServe prefill/decode pair");
     assert_eq!(balloons, settings.pools.len(), "one balloon per configured pool");
 }

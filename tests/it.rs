@@ -19,6 +19,7 @@ mod forecast_cli;
 mod fuzz;
 mod grafana;
 mod ha;
+mod kserve;
 mod kube;
 mod layout;
 mod learned;

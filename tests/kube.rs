@@ -27,28 +27,28 @@ use serde_json::{json, Value};
 
 use crate::common;
 
-const TOKEN: &str = "fixture-token-3b9e";
+pub(crate) const TOKEN: &str = "fixture-token-3b9e";
 
 /// A request the fake served: (API group, resource, verb).
 type Verb = (String, String, String);
 
 #[derive(Clone)]
-struct Fake {
-    objects: Arc<Mutex<Vec<Value>>>,
+pub(crate) struct Fake {
+    pub(crate) objects: Arc<Mutex<Vec<Value>>>,
     requests: Arc<Mutex<Vec<Verb>>>,
     /// API groups answered with 404, as a cluster without that CRD or feature.
     missing: Arc<Vec<String>>,
 }
 
-struct FakeKube {
+pub(crate) struct FakeKube {
     addr: SocketAddr,
-    fake: Fake,
+    pub(crate) fake: Fake,
 }
 
 fn fixtures() -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/k8s");
     let mut out = Vec::new();
-    for f in ["nodes.yaml", "resourceslices.yaml", "inference.yaml", "foresight.yaml"] {
+    for f in ["nodes.yaml", "resourceslices.yaml", "inference.yaml", "foresight.yaml", "kserve.yaml"] {
         let text = std::fs::read_to_string(dir.join(f)).unwrap();
         for doc in serde_yaml_ng::Deserializer::from_str(&text) {
             let v: Value = serde::Deserialize::deserialize(doc).unwrap();
@@ -59,7 +59,7 @@ fn fixtures() -> Vec<Value> {
 }
 
 impl FakeKube {
-    async fn start(missing: &[&str]) -> FakeKube {
+    pub(crate) async fn start(missing: &[&str]) -> FakeKube {
         let fake = Fake {
             objects: Arc::new(Mutex::new(fixtures())),
             requests: Arc::new(Mutex::new(Vec::new())),
@@ -76,7 +76,7 @@ impl FakeKube {
         FakeKube { addr, fake }
     }
 
-    fn kubeconfig(&self, dir: &Path, token: &str) -> PathBuf {
+    pub(crate) fn kubeconfig(&self, dir: &Path, token: &str) -> PathBuf {
         kubeconfig_for(&format!("http://{}", self.addr), dir, token)
     }
 
