@@ -18,6 +18,7 @@ mod forecast;
 mod forecast_cli;
 mod fuzz;
 mod grafana;
+mod grafana_schema;
 mod ha;
 mod kserve;
 mod kube;
