@@ -74,7 +74,6 @@ fn strict(s: &mut Value) {
     if is_object
         && !obj.contains_key("additionalProperties")
         && obj.get("x-kubernetes-preserve-unknown-fields") != Some(&Value::Bool(true))
-        && obj.contains_key("properties")
     {
         obj.insert("additionalProperties".into(), Value::Bool(false));
     }
