@@ -92,6 +92,7 @@ fn fleet() -> (Vec<Pool>, Vec<Reservation>, Vec<Demand>) {
                     gpus_per_replica: gpus,
                     nodes_per_replica: nodes,
                     constraints: Default::default(),
+                    exclusive_rack: false,
                 },
                 // Ramping up across the horizon, as ahead of a daily peak.
                 replicas: (0..steps + 10).map(|k| base + growth * k as u32 / steps as u32).collect(),

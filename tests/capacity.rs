@@ -70,6 +70,7 @@ fn shape_strategy() -> impl Strategy<Value = Shape> {
             gpus_per_replica: g,
             nodes_per_replica: n,
             constraints: Default::default(),
+            exclusive_rack: false,
         })
 }
 

@@ -327,6 +327,7 @@ async fn shapes_pools_and_pending_pods_come_from_the_cluster_objects() {
     let lws = &v.workloads["inference/llama-405b"];
     assert_eq!(lws.target.as_deref(), Some("LeaderWorkerSet inference/llama-405b"));
     assert_eq!((lws.shape.gpus_per_replica, lws.shape.nodes_per_replica), (16, 2));
+    assert!(lws.shape.exclusive_rack, "its exclusive-topology annotation: one group per rack");
 
     // StatefulSet: 2 GPUs a pod, tolerating everything.
     let embed = &v.workloads["inference/embed"];

@@ -102,6 +102,11 @@ pub struct Shape {
     /// Node selector and tolerations of the replica's pods (none: any node).
     #[serde(skip_serializing_if = "is_default")]
     pub constraints: Constraints,
+    /// One replica per rack, alone among such replicas: a LeaderWorkerSet's
+    /// exclusive placement (each group's pods share a rack, and no other
+    /// group may join them there).
+    #[serde(skip_serializing_if = "is_default")]
+    pub exclusive_rack: bool,
 }
 
 fn is_default<T: Default + PartialEq>(t: &T) -> bool {

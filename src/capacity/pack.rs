@@ -36,6 +36,8 @@ pub struct Node {
     pub free: Vec<u32>,
     /// Every replica part on the node.
     pub parts: Vec<Part>,
+    /// Holds part of an exclusive-rack replica: its rack takes no other.
+    pub exclusive: bool,
 }
 
 /// One node's share of one replica.
@@ -187,8 +189,14 @@ fn option(pool: &Pool, limits: &Limits, nodes: &[Node], shape: &Shape, parts: Pa
     let need = shape.gpus_per_node();
     let m = shape.nodes_per_replica.max(1);
     let room = limits.max_nodes.saturating_sub(nodes.len() as u32);
+    // An exclusive replica avoids racks another one holds (only where the pool has racks).
+    let exclusive = shape.exclusive_rack && pool.nodes_per_rack.is_some();
+    let taken = |rack: u32| exclusive && nodes.iter().any(|n| n.rack == rack && n.exclusive);
     // The domain on a node that fits `need` most tightly (least left over).
     let tightest = |n: &Node| {
+        if taken(n.rack) {
+            return None;
+        }
         n.free.iter().enumerate().filter(|(_, f)| **f >= need).min_by_key(|(d, f)| (**f, *d)).map(|(d, _)| d)
     };
     if m == 1 {
@@ -196,7 +204,7 @@ fn option(pool: &Pool, limits: &Limits, nodes: &[Node], shape: &Shape, parts: Pa
         return match fit {
             Some((_, k, d)) => Some(Fit { existing: vec![(k, d)], new_nodes: 0, rack: 0 }),
             None if room >= 1 => {
-                Some(Fit { existing: Vec::new(), new_nodes: 1, rack: rack_with_room(pool, nodes, 1)? })
+                Some(Fit { existing: Vec::new(), new_nodes: 1, rack: rack_with_room(pool, nodes, 1, &taken)? })
             }
             None => None,
         };
@@ -204,7 +212,7 @@ fn option(pool: &Pool, limits: &Limits, nodes: &[Node], shape: &Shape, parts: Pa
     // Multi-node: all parts in one rack, on distinct nodes.
     let racks = rack_count(pool, nodes);
     let mut best: Option<Fit> = None;
-    for rack in 0..=racks {
+    for rack in (0..=racks).filter(|r| !taken(*r)) {
         let in_rack = nodes.iter().filter(|n| n.rack == rack).count() as u32;
         let free_slots = pool.nodes_per_rack.map_or(u32::MAX, |r| r.saturating_sub(in_rack));
         let openable = free_slots.min(room).min(m);
@@ -242,10 +250,11 @@ fn rack_count(pool: &Pool, nodes: &[Node]) -> u32 {
     }
 }
 
-/// The first rack with room for `k` more nodes.
-fn rack_with_room(pool: &Pool, nodes: &[Node], k: u32) -> Option<u32> {
+/// The first rack with room for `k` more nodes, not `taken`.
+fn rack_with_room(pool: &Pool, nodes: &[Node], k: u32, taken: &dyn Fn(u32) -> bool) -> Option<u32> {
     let Some(size) = pool.nodes_per_rack else { return Some(0) };
-    (0..=rack_count(pool, nodes)).find(|r| nodes.iter().filter(|n| n.rack == *r).count() as u32 + k <= size)
+    (0..=rack_count(pool, nodes))
+        .find(|r| !taken(*r) && nodes.iter().filter(|n| n.rack == *r).count() as u32 + k <= size)
 }
 
 fn apply(pool: &Pool, nodes: &mut Vec<Node>, shape: &Shape, part: Part, opt: Fit) {
@@ -253,12 +262,18 @@ fn apply(pool: &Pool, nodes: &mut Vec<Node>, shape: &Shape, part: Part, opt: Fit
     for (k, d) in opt.existing {
         nodes[k].free[d] -= need;
         nodes[k].parts.push(Part { domain: d, ..part });
+        nodes[k].exclusive |= shape.exclusive_rack;
     }
     let domains = (pool.gpus_per_node / pool.nvlink_domain_gpus.max(1)).max(1) as usize;
     for _ in 0..opt.new_nodes {
         let mut free = vec![pool.nvlink_domain_gpus; domains];
         free[0] -= need;
-        nodes.push(Node { rack: opt.rack, free, parts: vec![Part { domain: 0, ..part }] });
+        nodes.push(Node {
+            rack: opt.rack,
+            free,
+            parts: vec![Part { domain: 0, ..part }],
+            exclusive: shape.exclusive_rack,
+        });
     }
 }
 
@@ -300,6 +315,7 @@ mod tests {
             gpus_per_replica: gpus,
             nodes_per_replica: nodes,
             constraints: Default::default(),
+            exclusive_rack: false,
         }
     }
 
@@ -370,6 +386,30 @@ mod tests {
             assert_eq!(racks[0], racks[1], "replica {replica} across racks");
         }
         assert_eq!(p.node_count(0), 6);
+    }
+
+    #[test]
+    fn exclusive_replicas_take_a_rack_each_and_leave_its_room_to_others() {
+        // Racks of 4: without exclusivity two 2-node replicas share one rack;
+        // with it (a LeaderWorkerSet's exclusive topology) each has its own,
+        // and a single-node replica may still use the room beside either.
+        let pools = [pool("p", 8, 8, Some(4), CapacityType::OnDemand, 10.0)];
+        let plain = shape(16, 2);
+        let exclusive = Shape { exclusive_rack: true, ..plain.clone() };
+        let racks_of = |p: &Packing, request: usize| -> Vec<u32> {
+            let mut r: Vec<u32> =
+                p.nodes[0].iter().filter(|n| n.parts.iter().any(|x| x.request == request)).map(|n| n.rack).collect();
+            r.dedup();
+            r
+        };
+        let p = pack(&pools, &[open(100)], &[Request { shape: &plain, replicas: 2 }]);
+        assert_eq!(racks_of(&p, 0), vec![0]);
+        let single = shape(8, 1);
+        let reqs = [Request { shape: &exclusive, replicas: 2 }, Request { shape: &single, replicas: 1 }];
+        let p = pack(&pools, &[open(100)], &reqs);
+        assert_eq!(p.unplaced, vec![0, 0]);
+        assert_eq!(racks_of(&p, 0), vec![0, 1], "one exclusive replica per rack");
+        assert_eq!(p.node_count(0), 5, "the single-node replica joins a rack an exclusive one holds");
     }
 
     #[test]

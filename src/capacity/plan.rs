@@ -288,6 +288,7 @@ mod tests {
                 gpus_per_replica: 8,
                 nodes_per_replica: 1,
                 constraints: Default::default(),
+                exclusive_rack: false,
             },
             replicas,
             pod_start_secs: 0.0,

@@ -64,7 +64,8 @@ pub(crate) struct Target {
     pub(crate) leader_template: Option<PodTemplateSpec>,
     /// Pods per replica (a LeaderWorkerSet's `size`; otherwise 1).
     pub(crate) group_size: u32,
-    /// A LeaderWorkerSet's exclusive-topology label: a group's pods share its value.
+    /// A LeaderWorkerSet's exclusive-topology label: a group's pods share its
+    /// value, and no other group's pods may have it (one group per domain).
     pub(crate) group_topology: Option<String>,
     pub(crate) replicas: ReplicaCounts,
     /// Labels that select the target's pods.
@@ -105,6 +106,8 @@ pub struct Derived {
     pub facts: Vec<Fact>,
     /// What was read but could not be used, and why.
     pub(crate) notes: Vec<String>,
+    /// A LeaderWorkerSet's exclusive-topology key: one group per domain of it.
+    pub(crate) exclusive_topology: Option<String>,
 }
 
 impl Derived {
@@ -116,6 +119,7 @@ impl Derived {
             gpus_per_replica: self.gpus_per_pod * pods,
             nodes_per_replica: pods,
             constraints: self.constraints.clone(),
+            exclusive_rack: self.exclusive_topology.is_some(),
         }
     }
 }
@@ -152,6 +156,7 @@ pub(crate) fn derive(
         one_nvlink_domain: false,
         facts: Vec::new(),
         notes: Vec::new(),
+        exclusive_topology: None,
     };
     let fact = |what: &str, value: String, from: String| Fact { what: what.to_string(), value, from };
 
@@ -206,8 +211,9 @@ pub(crate) fn derive(
             }
         }
         if let Some(key) = &target.group_topology {
+            d.exclusive_topology = Some(key.clone());
             d.facts.push(fact(
-                "a replica's pods share",
+                "one replica alone per value of",
                 key.clone(),
                 format!("{obj} metadata.annotations[leaderworkerset.sigs.k8s.io/exclusive-topology]"),
             ));

@@ -125,6 +125,7 @@ impl Profile {
             gpus_per_replica: self.gpus_per_replica,
             nodes_per_replica: self.nodes_per_replica,
             constraints: Default::default(),
+            exclusive_rack: false,
         }
     }
 
