@@ -209,6 +209,10 @@ fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
 }
 
+/// Answers larger than this are decoded on a blocking thread (about a
+/// millisecond of JSON on the runtime below it).
+const DECODE_OFF_RUNTIME_BYTES: usize = 256 * 1024;
+
 /// A client for one Prometheus.
 #[derive(Debug, Clone)]
 pub(crate) struct Client {
@@ -244,10 +248,20 @@ impl Client {
             .map_err(|source| PromError::Http { url: url.clone(), source })?;
         let status = res.status().as_u16();
         let body = res.bytes().await.map_err(|source| PromError::Http { url: url.clone(), source })?;
-        let env: Envelope = serde_json::from_slice(&body).map_err(|e| PromError::Decode {
-            url: url.clone(),
-            detail: format!("HTTP {status}: {e}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])),
-        })?;
+        let big = body.len() > DECODE_OFF_RUNTIME_BYTES;
+        let decode = move || {
+            serde_json::from_slice::<Envelope>(&body)
+                .map_err(|e| format!("HTTP {status}: {e}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])))
+        };
+        // A bulk answer (up to a million points, tens of MB) would hold a
+        // runtime thread, and the KEDA calls queued behind it, for hundreds of
+        // milliseconds: decoded off the runtime.
+        let decoded = if big {
+            tokio::task::spawn_blocking(decode).await.unwrap_or_else(|e| Err(format!("the decoding task failed: {e}")))
+        } else {
+            decode()
+        };
+        let env = decoded.map_err(|detail| PromError::Decode { url: url.clone(), detail })?;
         if env.status != "success" {
             return Err(PromError::Api {
                 url,
@@ -404,6 +418,39 @@ mod tests {
         assert!(c.problems().is_empty());
         c.url = "ftp://x".into();
         assert_eq!(c.problems()[0].0, "url");
+    }
+
+    /// A server on 127.0.0.1 that answers every request with `body`.
+    async fn answering(body: String) -> String {
+        let app = axum::Router::new().fallback(move || {
+            let body = body.clone();
+            async move { ([("content-type", "application/json")], body) }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_bulk_answer_is_decoded_off_the_runtime_and_a_broken_one_still_named() {
+        // Two series of 20,000 points: about 0.9 MB, past the off-runtime threshold.
+        let values = |v: u32| (0..20_000).map(|t| format!("[{t},\"{v}\"]")).collect::<Vec<_>>().join(",");
+        let series = |m: &str, v: u32| format!(r#"{{"metric":{{"model_name":"{m}"}},"values":[{}]}}"#, values(v));
+        let body = format!(
+            r#"{{"status":"success","data":{{"resultType":"matrix","result":[{},{}]}}}}"#,
+            series("a", 1),
+            series("b", 2)
+        );
+        assert!(body.len() > DECODE_OFF_RUNTIME_BYTES);
+        let client = |url: String| Client::new(&serde_yaml_ng::from_str(&format!("url: {url}")).unwrap());
+        let got =
+            client(answering(body.clone()).await).range("q", 0.0, 19_999.0, 1.0, Some("model_name")).await.unwrap();
+        assert_eq!((got["a"].len(), got["b"][19_999]), (20_000, (19_999.0, 2.0)));
+
+        let cut = body[..body.len() - 10].to_string();
+        let err = client(answering(cut).await).range("q", 0.0, 1.0, 1.0, None).await.unwrap_err();
+        assert!(matches!(&err, PromError::Decode { detail, .. } if detail.starts_with("HTTP 200: EOF")), "{err}");
     }
 
     #[test]
