@@ -15,7 +15,7 @@ use std::{
 use foresight::api;
 use serde_json::Value;
 
-fn dashboard() -> Value {
+pub(crate) fn dashboard() -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/dashboards/foresight.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("the dashboard is valid JSON")
 }

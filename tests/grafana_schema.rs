@@ -15,14 +15,11 @@ use std::path::Path;
 use jsonschema::{Draft, Validator};
 use serde_json::{json, Value};
 
+use crate::{grafana::dashboard, schemas::violations};
+
 fn load(name: &str) -> Value {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/schemas/grafana/{name}.jsonschema.json"));
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn dashboard() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/dashboards/foresight.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -81,10 +78,7 @@ impl Schemas {
     }
 
     fn errors(&self, dash: &Value) -> Vec<String> {
-        let list = |v: &Validator, at: &str, inst: &Value| -> Vec<String> {
-            v.iter_errors(inst).map(|e| format!("{at}{}: {e}", e.instance_path())).collect()
-        };
-        let mut out = list(&self.dashboard, "", dash);
+        let mut out = violations(&self.dashboard, "", dash);
         let top = dash["panels"].as_array().cloned().unwrap_or_default();
         let nested = top.iter().flat_map(|p| p["panels"].as_array().cloned().unwrap_or_default());
         for (i, p) in top.iter().cloned().chain(nested).enumerate() {
@@ -98,13 +92,13 @@ impl Schemas {
                 continue;
             };
             if let (Some(v), Some(o)) = (options, p.get("options")) {
-                out.extend(list(v, &format!("{at} options"), o));
+                out.extend(violations(v, &format!("{at} options"), o));
             }
             if let (Some(v), Some(c)) = (field, p.pointer("/fieldConfig/defaults/custom")) {
-                out.extend(list(v, &format!("{at} fieldConfig.defaults.custom"), c));
+                out.extend(violations(v, &format!("{at} fieldConfig.defaults.custom"), c));
             }
             for (j, q) in p["targets"].as_array().into_iter().flatten().enumerate() {
-                out.extend(list(&self.query, &format!("{at} targets[{j}]"), q));
+                out.extend(violations(&self.query, &format!("{at} targets[{j}]"), q));
             }
         }
         out

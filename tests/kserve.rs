@@ -12,14 +12,8 @@ use serde_json::Value;
 use crate::{
     common,
     kube::{FakeKube, TOKEN},
+    schemas,
 };
-
-/// The shipped KServe example's objects, as JSON.
-fn shipped() -> Vec<Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kserve/inferenceservice.yaml");
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml_ng::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect()
-}
 
 /// Foresight's config for the workload, as deploy/k8s/foresight.yaml has it
 /// but with a static target for a source (no cluster DNS here; explain
@@ -50,7 +44,11 @@ kubernetes:
 #[tokio::test(flavor = "multi_thread")]
 async fn explain_follows_the_shipped_scaled_object_to_the_kserve_predictor() {
     let kube = FakeKube::start(&[]).await;
-    let so = shipped().into_iter().find(|o| o["kind"] == "ScaledObject").expect("the shipped ScaledObject");
+    let so = schemas::objects()
+        .into_iter()
+        .find(|(name, o)| name.starts_with("kserve/inferenceservice.yaml#") && o["kind"] == "ScaledObject")
+        .expect("the shipped ScaledObject")
+        .1;
     assert_eq!(so["spec"]["scaleTargetRef"]["name"], "llama-8b-kserve-predictor", "KServe names it <isvc>-predictor");
     kube.fake.objects.lock().unwrap().push(so);
 

@@ -122,16 +122,13 @@ impl Schemas {
     /// Every way `o` breaks its schema, each as "path: message"; an unknown kind is an error too.
     fn errors(&self, o: &Value) -> Vec<String> {
         let key = gvk(o);
-        let list = |v: &Validator, at: &str, inst: &Value| -> Vec<String> {
-            v.iter_errors(inst).map(|e| format!("{at}{}: {e}", e.instance_path())).collect()
-        };
         if let Some(v) = self.kubernetes.get(&key) {
-            return list(v, "", o);
+            return violations(v, "", o);
         }
         match self.crds.get(&key) {
             Some(v) => {
-                let mut errs = list(v, "", o);
-                errs.extend(list(&self.object_meta, "/metadata", &o["metadata"]));
+                let mut errs = violations(v, "", o);
+                errs.extend(violations(&self.object_meta, "/metadata", &o["metadata"]));
                 errs
             }
             None => vec![format!("no schema for `{key}` (Kubernetes v1.34 or a vendored CRD)")],
@@ -139,11 +136,17 @@ impl Schemas {
     }
 }
 
+/// Every way `inst` breaks `v`, each as "`at` + path: message".
+pub(crate) fn violations(v: &Validator, at: &str, inst: &Value) -> Vec<String> {
+    v.iter_errors(inst).map(|e| format!("{at}{}: {e}", e.instance_path())).collect()
+}
+
 fn gvk(o: &Value) -> String {
     format!("{} {}", o["apiVersion"].as_str().unwrap_or("?"), o["kind"].as_str().unwrap_or("?"))
 }
 
-fn objects() -> Vec<(String, Value)> {
+/// Every object in `deploy/`, as JSON, named `file#index`.
+pub(crate) fn objects() -> Vec<(String, Value)> {
     docs().into_iter().map(|(name, y)| (name, serde_json::to_value(y).unwrap())).collect()
 }
 

@@ -464,15 +464,13 @@ fn validate(
             assumed.push("target: in-flight requests (`concurrency`)".to_string());
             raw::RawTarget { signal: Signal::Concurrency, per_replica: None }
         });
-        if w.min_replicas.is_none() || w.max_replicas.is_none() {
-            assumed.push(format!(
-                "replicas: {}..={} (defaults.min_replicas / max_replicas where not set)",
-                w.min_replicas.unwrap_or(d.min_replicas),
-                w.max_replicas.unwrap_or(d.max_replicas)
-            ));
-        }
         let min_replicas = w.min_replicas.unwrap_or(d.min_replicas);
         let max_replicas = w.max_replicas.unwrap_or(d.max_replicas);
+        if w.min_replicas.is_none() || w.max_replicas.is_none() {
+            assumed.push(format!(
+                "replicas: {min_replicas}..={max_replicas} (defaults.min_replicas / max_replicas where not set)"
+            ));
+        }
         if max_replicas == 0 || max_replicas > MAX_REPLICAS {
             bad(at("max_replicas"), format!("must be within 1..={MAX_REPLICAS}, got {max_replicas}"));
         }

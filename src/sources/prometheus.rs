@@ -433,7 +433,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_bulk_answer_is_decoded_off_the_runtime_and_a_broken_one_still_named() {
+    async fn a_bulk_answer_decodes_and_a_broken_one_is_still_named() {
         // Two series of 20,000 points: about 0.9 MB, past the off-runtime threshold.
         let values = |v: u32| (0..20_000).map(|t| format!("[{t},\"{v}\"]")).collect::<Vec<_>>().join(",");
         let series = |m: &str, v: u32| format!(r#"{{"metric":{{"model_name":"{m}"}},"values":[{}]}}"#, values(v));
