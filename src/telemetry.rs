@@ -34,6 +34,7 @@ type Labels = Vec<(&'static str, String)>;
 
 struct Counters {
     source_errors: Family<Labels, Counter>,
+    invalid_readings: Family<Labels, Counter>,
     grpc_requests: Family<Labels, Counter>,
     grpc_seconds: Family<Labels, Histogram>,
     flush_errors: Counter,
@@ -46,6 +47,7 @@ struct Counters {
 
 static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
     source_errors: Family::default(),
+    invalid_readings: Family::default(),
     grpc_requests: Family::default(),
     flush_errors: Counter::default(),
     prom_queries: Family::default(),
@@ -76,6 +78,14 @@ pub fn source_error(workload_key: &str) {
     COUNTERS.source_errors.get_or_create(&split_key(workload_key)).inc();
 }
 
+/// A reading of `signal` for this workload failed the validity rule and became a gap.
+pub(crate) fn invalid_reading(workload_key: &str, signal: &str, reason: &str) {
+    let mut labels = split_key(workload_key);
+    labels.push(("signal", signal.to_string()));
+    labels.push(("reason", reason.to_string()));
+    COUNTERS.invalid_readings.get_or_create(&labels).inc();
+}
+
 /// Record one KEDA scaler call: its method, status code and latency (the
 /// scaler's tower layer calls this for every request).
 pub fn grpc_call(method: &'static str, code: tonic::Code, took: std::time::Duration) {
@@ -96,7 +106,7 @@ pub(crate) fn prometheus_poll(secs: f64) {
     COUNTERS.prom_poll_seconds.observe(secs);
 }
 
-/// A forecast fit finished (`ok` or `error`), `lag_secs` after the grid point it was due at.
+/// A forecast fit finished (`ok` or `error`), `lag_secs` after it became due.
 pub(crate) fn refit_done(ok: bool, lag_secs: f64) {
     COUNTERS.refits.get_or_create(&vec![("outcome", if ok { "ok" } else { "error" }.to_string())]).inc();
     COUNTERS.refit_lag.observe(lag_secs.max(0.0));
@@ -113,6 +123,11 @@ pub(crate) fn register(registry: &mut Registry) {
         "foresight_source_errors",
         "Failed source polls and queries (scrapes with no target answering, Prometheus errors)",
         COUNTERS.source_errors.clone(),
+    );
+    registry.register(
+        "foresight_invalid_readings",
+        "Readings that failed the validity rule (NaN, negative, above the signal's plausible maximum) and were kept as gaps, by signal and reason",
+        COUNTERS.invalid_readings.clone(),
     );
     registry.register(
         "foresight_store_flush_errors",
@@ -132,7 +147,7 @@ pub(crate) fn register(registry: &mut Registry) {
     registry.register("foresight_refits", "Forecast fits finished, by outcome", COUNTERS.refits.clone());
     registry.register(
         "foresight_refit_lag_seconds",
-        "Time from the grid point a fit was due at to its result: the fit plus its wait for a worker",
+        "Time from when a fit became due (its grid point, or the process start if later, as for the first fits) to its result: the fit plus its wait for a worker",
         COUNTERS.refit_lag.clone(),
     );
     registry.register(

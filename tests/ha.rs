@@ -115,6 +115,33 @@ async fn answers(c: &mut ExternalScalerClient<tonic::transport::Channel>, worklo
     out
 }
 
+/// GetMetrics and IsActive for each of `workloads` from `c`, or UNAVAILABLE
+/// (a replica declining to answer yet); GetMetricSpec always answers.
+async fn try_answers(
+    c: &mut ExternalScalerClient<tonic::transport::Channel>,
+    workloads: &[&str],
+) -> Result<Vec<Answer>, tonic::Status> {
+    let mut out = Vec::new();
+    for w in workloads {
+        let spec = c.get_metric_spec(so(w, "replicas")).await.expect("GetMetricSpec answers throughout").into_inner();
+        let req = GetMetricsRequest {
+            scaled_object_ref: Some(so(w, "replicas")),
+            metric_name: spec.metric_specs[0].metric_name.clone(),
+        };
+        let value = c.get_metrics(req).await?.into_inner().metric_values[0].metric_value;
+        out.push((value, c.is_active(so(w, "replicas")).await?.into_inner().result));
+    }
+    Ok(out)
+}
+
+/// Seconds since `key`'s latest refit grid point at `t`, and until its next
+/// (the phase as the server computes it: FNV-1a of the key, within `every`).
+fn refit_phase(key: &str, every: f64, t: f64) -> (f64, f64) {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let since = (t - (hash % every as u64) as f64).rem_euclid(every);
+    (since, every - since)
+}
+
 /// Has every workload a decision and a forecast?
 fn forecasting(s: &Server, n: usize) -> bool {
     let Some(body) = common::http_get(s.http, "/api/v1/workloads") else { return false };
@@ -236,14 +263,58 @@ workloads:
     let begin = unix_now();
     let end = begin + DAY_SECS;
     let mut third: Option<Server> = None;
+    let (mut early_declined, mut early_agreed) = (0, 0);
     while unix_now() < end {
         // Sample 2.5 s after each poll (grid point + 2 s query delay), when every replica has taken it in.
         let now = unix_now();
         let g = (now / POLL).floor() * POLL;
         let at = if now < g + 4.5 { g + 4.5 } else { g + POLL + 4.5 };
         tokio::time::sleep(Duration::from_secs_f64(at - now)).await;
-        if third.is_none() && replicas.len() == 2 && unix_now() > begin + DAY_SECS * 0.3 {
-            third = Some(tokio::task::block_in_place(|| start(2)));
+        // The third starts late, with an empty store, where no refit grid point is near (a refit
+        // lands in each replica when its worker reaches it), and is asked at once, again and
+        // again until the others' next poll: each answer agrees with the first replica's, or
+        // it declines (UNAVAILABLE, so KEDA's fallback applies) while it is not ready.
+        let quiet = workloads.iter().all(|w| {
+            let (since, until) = refit_phase(&format!("inference/{w}"), REFIT, at);
+            since >= 10.0 && until >= 4.0
+        });
+        if third.is_none() && replicas.len() == 2 && unix_now() > begin + DAY_SECS * 0.3 && quiet {
+            let t = tokio::task::block_in_place(|| start(2));
+            let started = Instant::now();
+            let mut early = ExternalScalerClient::connect(t.grpc_url()).await.unwrap();
+            // The others poll again at the next grid point + 2 s; the third polled this one at start.
+            let next_poll = (at / POLL).floor() * POLL + POLL + 2.0;
+            let first_probe = started.elapsed();
+            assert!(first_probe < Duration::from_secs(1), "first probe {first_probe:?} after start");
+            while unix_now() < next_poll - 0.2 {
+                match try_answers(&mut early, &workloads).await {
+                    Ok(got) => {
+                        let first = answers(&mut clients[0], &workloads).await;
+                        assert_eq!(
+                            got,
+                            first,
+                            "the late replica answered differently {:?} after start",
+                            started.elapsed()
+                        );
+                        early_agreed += 1;
+                    }
+                    Err(status) => {
+                        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                        assert_ne!(common::http_status(t.http, "/readyz"), Some(200), "declines while ready");
+                        early_declined += 1;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            eprintln!(
+                "late replica: {early_declined} declined, {early_agreed} agreed in its first {:?}; readyz: {:?}",
+                started.elapsed(),
+                common::http_get(t.http, "/readyz")
+                    .or_else(|| Some(format!("{:?}", common::http_status(t.http, "/readyz"))))
+            );
+            assert!(early_declined + early_agreed >= 5, "too few early probes");
+            third = Some(t);
+            continue;
         }
         if let Some(t) = third.take() {
             if forecasting(&t, workloads.len()) {

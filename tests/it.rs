@@ -20,6 +20,7 @@ mod fuzz;
 mod grafana;
 mod grafana_schema;
 mod ha;
+mod hostile;
 mod kserve;
 mod kube;
 mod layout;

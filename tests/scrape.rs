@@ -74,7 +74,15 @@ async fn start_fleet(pods: u32, rps: f64, warmup_secs: f64, shutdown: &Cancellat
 }
 
 fn scrape_config(targets: Vec<String>, timeout_secs: f64) -> ScrapeConfig {
-    ScrapeConfig { targets, dns: None, interval_secs: 0.5, timeout_secs, concurrency: 16, model_name: None }
+    ScrapeConfig {
+        targets,
+        dns: None,
+        interval_secs: 0.5,
+        timeout_secs,
+        concurrency: 16,
+        model_name: None,
+        max_body_bytes: 10 << 20,
+    }
 }
 
 /// One pod's counters and gauges at one moment.

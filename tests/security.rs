@@ -103,6 +103,13 @@ async fn the_api_needs_the_token_probes_and_metrics_do_not_and_no_token_is_logge
         assert_eq!(status(&c, format!("{base}{path}"), Some(wrong)).await, Ok(401), "{path} with a wrong token");
         assert_eq!(status(&c, format!("{base}{path}"), Some(TOKEN)).await, Ok(200), "{path} with the token");
     }
+    // RFC 9110: the scheme name is case-insensitive, and one or more spaces follow it.
+    for scheme in ["bearer", "BEARER", "Bearer  "] {
+        let r = c.get(format!("{base}/api/v1/workloads")).header("authorization", format!("{scheme} {TOKEN}"));
+        assert_eq!(r.send().await.unwrap().status().as_u16(), 200, "scheme written `{scheme}`");
+    }
+    let r = c.get(format!("{base}/api/v1/workloads")).header("authorization", format!("Basic {TOKEN}"));
+    assert_eq!(r.send().await.unwrap().status().as_u16(), 401, "another scheme with the token's text");
     let r = c.get(format!("{base}/api/v1/workloads")).send().await.unwrap();
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
     assert_eq!(r.headers()["content-type"], "application/problem+json");

@@ -181,6 +181,7 @@ async fn direct_scrape_reads_what_real_vllm_pods_recorded() {
         timeout_secs: 5.0,
         concurrency: 16,
         model_name: None,
+        max_body_bytes: 10 << 20,
     });
     // Polls 10 s apart; each bracketed by the clock before and after.
     let mut polls: Vec<(f64, f64, Signals)> = Vec::new();
@@ -469,6 +470,7 @@ async fn gzip_bodies_are_scraped_as_their_plain_twins() {
                 timeout_secs: 5.0,
                 concurrency: 1,
                 model_name: None,
+                max_body_bytes: 10 << 20,
             });
             s.poll(SystemTime::now()).await.unwrap()
         };

@@ -80,18 +80,29 @@ pub fn router(registry: Arc<Registry>, store: Arc<Store>) -> Router {
         .with_state(state)
 }
 
-/// Ready once every workload has been decided at least once: KEDA reaches
-/// only ready pods, so readiness gates on the scaler having answers, not on
-/// forecasts (those can take minutes for thousands of workloads; until one
-/// exists a workload's answer is the reactive one, and says so).
+/// Ready once every workload has loaded its history, had its first
+/// forecast fitted on it (or waited `forecast.first_fit_wait_secs` for it),
+/// and been decided: KEDA reaches only ready pods, so a replica that has
+/// just started does not answer what one running longer would not. Not
+/// ready lists the workloads without an answer and why.
 async fn readyz(State(s): State<ApiState>) -> impl IntoResponse {
     let snap = s.registry.load();
-    let pending = snap.workloads().iter().filter(|w| w.forecast.is_none() && w.forecast_error.is_none()).count();
+    let workloads = snap.workloads();
+    let pending = workloads.iter().filter(|w| w.forecast.is_none() && w.forecast_error.is_none()).count();
     if snap.ready {
-        (StatusCode::OK, format!("ready; {pending} workloads still waiting for their first forecast\n"))
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: some workloads have no decision yet\n".to_string())
+        return (StatusCode::OK, format!("ready; {pending} workloads still waiting for their first forecast\n"));
     }
+    const LISTED: usize = 20;
+    let waiting: Vec<_> = workloads.iter().filter(|w| w.decision.is_none()).collect();
+    let mut body = format!("not ready: {} of {} workloads have no answer yet\n", waiting.len(), workloads.len());
+    for w in waiting.iter().take(LISTED) {
+        let why = w.error.as_ref().map_or_else(|| "not decided yet".to_string(), |e| e.to_string());
+        body.push_str(&format!("  {}/{}: {why}\n", w.namespace, w.name));
+    }
+    if waiting.len() > LISTED {
+        body.push_str(&format!("  ... and {} more (GET /api/v1/workloads)\n", waiting.len() - LISTED));
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, body)
 }
 
 #[derive(Serialize, ToSchema)]

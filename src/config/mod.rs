@@ -133,6 +133,8 @@ pub(crate) struct ForecastSettings {
     pub(crate) seasons: Vec<usize>,
     /// Threads that fit forecasts; 0 for one per core.
     pub(crate) refit_threads: usize,
+    /// At start, the longest a workload waits for its first forecast.
+    pub(crate) first_fit_wait: Duration,
 }
 
 /// Where and how history is kept.
@@ -166,6 +168,8 @@ pub struct HttpSettings {
     pub tls: Option<TlsFiles>,
     /// Required on `/api/*` and `/ui` when set.
     pub bearer_token: Option<Secret>,
+    /// The token is required on `/metrics` too.
+    pub token_on_metrics: bool,
     pub max_in_flight: usize,
 }
 
@@ -322,7 +326,7 @@ fn validate(
     };
     let tls = tls_files("grpc", raw.grpc.tls);
     let http_tls = tls_files("http", raw.http.tls);
-    let bearer_token = match raw.http.bearer_token_file.map(|p| base.join(p)) {
+    let bearer_token = match raw.http.bearer_token_file.as_ref().map(|p| base.join(p)) {
         None => None,
         Some(p) => match std::fs::read_to_string(&p) {
             Ok(t) if t.trim().len() >= 16 && t.trim().bytes().all(|b| b.is_ascii_graphic()) => {
@@ -341,6 +345,9 @@ fn validate(
             }
         },
     };
+    if raw.http.token_on_metrics && bearer_token.is_none() && raw.http.bearer_token_file.is_none() {
+        bad("http.token_on_metrics".into(), "needs http.bearer_token_file (the token to require)".into());
+    }
     if !(1..=65_536).contains(&raw.http.max_in_flight) {
         bad("http.max_in_flight".into(), format!("must be within 1..=65536, got {}", raw.http.max_in_flight));
     }
@@ -376,6 +383,9 @@ fn validate(
             "forecast.refit_interval_secs".into(),
             format!("must be within 10..=86400, got {}", fc.refit_interval_secs),
         );
+    }
+    if !(0.0..=86_400.0).contains(&fc.first_fit_wait_secs) {
+        bad("forecast.first_fit_wait_secs".into(), format!("must be within 0..=86400, got {}", fc.first_fit_wait_secs));
     }
     if !(10.0..=30.0 * 86_400.0).contains(&fc.reselect_interval_secs) {
         bad(
@@ -429,6 +439,7 @@ fn validate(
         quantiles,
         seasons,
         refit_threads: fc.refit_threads,
+        first_fit_wait: crate::time::secs_within(fc.first_fit_wait_secs, 0.0, 86_400.0),
     };
     let sizing = validate_sizing(&raw.sizing, &forecast, &mut bad);
     let pools = validate_pools(&raw.pools, &mut bad);
@@ -572,6 +583,7 @@ fn validate(
             listen: raw.http.listen,
             tls: http_tls,
             bearer_token,
+            token_on_metrics: raw.http.token_on_metrics,
             max_in_flight: raw.http.max_in_flight.clamp(1, 65_536),
         },
         tick_interval: Duration::from_secs_f64(raw.tick_interval_secs),

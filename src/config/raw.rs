@@ -245,6 +245,12 @@ pub(crate) struct RawForecast {
     /// Threads that fit forecasts (0: one per core); read at start.
     #[serde(default)]
     pub(crate) refit_threads: usize,
+    /// At start, how long a workload whose history has loaded waits for its
+    /// first forecast before answering (reactively) without one; until then
+    /// KEDA gets UNAVAILABLE and its fallback, not an answer a replica that
+    /// started earlier would not give.
+    #[serde(default = "default_first_fit_wait_secs")]
+    pub(crate) first_fit_wait_secs: f64,
 }
 
 impl Default for RawForecast {
@@ -258,6 +264,7 @@ impl Default for RawForecast {
             quantiles: default_quantiles(),
             seasons_secs: default_seasons_secs(),
             refit_threads: 0,
+            first_fit_wait_secs: default_first_fit_wait_secs(),
         }
     }
 }
@@ -373,6 +380,9 @@ pub(crate) struct RawReservation {
 fn default_true() -> bool {
     true
 }
+fn default_first_fit_wait_secs() -> f64 {
+    120.0
+}
 fn default_refit_interval_secs() -> f64 {
     600.0
 }
@@ -439,6 +449,10 @@ pub(crate) struct RawHttp {
     /// A file holding a bearer token that `/api/*` and `/ui` then require; probes and `/metrics` stay open.
     #[serde(default)]
     pub(crate) bearer_token_file: Option<PathBuf>,
+    /// Require the token on `/metrics` too: its labels name every workload,
+    /// namespace and model (Prometheus sends it with `authorization` in its scrape config).
+    #[serde(default)]
+    pub(crate) token_on_metrics: bool,
     /// Requests served at once; past it the server answers 503 at once instead of queueing.
     #[serde(default = "default_http_max_in_flight")]
     pub(crate) max_in_flight: usize,
@@ -450,6 +464,7 @@ impl Default for RawHttp {
             listen: default_http_listen(),
             tls: None,
             bearer_token_file: None,
+            token_on_metrics: false,
             max_in_flight: default_http_max_in_flight(),
         }
     }

@@ -3,7 +3,7 @@
 //! reads the store, so a slow source never delays a decision.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     net::{IpAddr, Ipv4Addr},
     sync::Arc,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -19,7 +19,7 @@ use crate::{
         health::{EmptyQuery, SourceHealth},
         prometheus::PrometheusConfig,
         scrape::{ScrapeConfig, Scraper},
-        Signal, SimulatedConfig, SourceConfig,
+        Invalid, Signal, SimulatedConfig, SourceConfig,
     },
     store::Store,
     telemetry::Throttle,
@@ -66,6 +66,7 @@ async fn scrape_loop(
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let key = w.key();
     let mut failing = Throttle::new(WARN_EVERY);
+    let mut invalid_log = Throttle::new(WARN_EVERY);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -89,6 +90,7 @@ async fn scrape_loop(
                         store.record(&series(&key, *s), now, v);
                     }
                 }
+                note_invalid(&sinks.health, &key, &w.signals, signals.invalid(), &mut invalid_log);
             }
             Err(e) => {
                 crate::telemetry::source_error(&key);
@@ -97,6 +99,8 @@ async fn scrape_loop(
                 }
             }
         }
+        // After the readings are in the store, so the control loop's first decision sees them.
+        sinks.health.update(&key, |h| h.first_poll_done = true);
     }
 }
 
@@ -119,6 +123,7 @@ async fn simulated(
         timeout_secs: 2.0,
         concurrency: 16,
         model_name: None,
+        max_body_bytes: crate::sources::scrape::default_max_body_bytes(),
     };
     scrape_loop(w, scrape, sinks, shutdown).await
 }
@@ -154,6 +159,34 @@ async fn with_history(w: &Workload, c: &SimulatedConfig, store: &Arc<Store>) -> 
     })
     .await
     .map_err(|e| format!("computing simulated history: {e}"))
+}
+
+/// Count and report one poll's invalid readings (each already a gap, not a
+/// value): `/metrics` counts every one, `/api/v1/workloads` shows the
+/// latest under `source.invalid`, the log says so at most once a minute.
+/// `polled` are the signals this poll read; `invalid` those of them that failed.
+pub(super) fn note_invalid(
+    health: &SourceHealth,
+    key: &str,
+    polled: &[Signal],
+    invalid: &BTreeMap<Signal, Invalid>,
+    log: &mut Throttle,
+) {
+    let invalid: Vec<(Signal, Invalid)> =
+        invalid.iter().filter(|(s, _)| polled.contains(s)).map(|(s, why)| (*s, *why)).collect();
+    for (s, why) in &invalid {
+        crate::telemetry::invalid_reading(key, s.as_str(), why.as_str());
+    }
+    if !invalid.is_empty() {
+        if let Some(held) = log.allow(Instant::now()) {
+            let each: Vec<String> = invalid.iter().map(|(s, why)| format!("{s}: {why}")).collect();
+            warn!(workload = %key, invalid = %each.join(", "), held_back = held, "readings failed the validity rule; kept as gaps");
+        }
+    }
+    health.update(key, |h| {
+        h.invalid.retain(|s, _| !polled.contains(s));
+        h.invalid.extend(invalid);
+    });
 }
 
 /// Record whether `signal`'s instant query matched no series this poll: a

@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 
 use super::{
     decide::{blind_decision, decide, reactive_decision, unix},
-    outcome::NoDecision,
+    outcome::{NoDecision, Warmup},
     refit::{key_grid, settle_secs, ForecastView, Refitter},
     spare::{self, PoolSpare},
     state::{PoolState, Registry, SignalReading, WorkloadState},
@@ -58,6 +58,15 @@ struct Slot {
     spare_due: Option<SystemTime>,
     /// The target signal's highest reading over the same hours a day and a week ago.
     spare_floor: Option<f64>,
+    /// What the workload still waits for after start before it answers; `None` once it answers.
+    warmup: Option<Warming>,
+}
+
+/// A workload's start-up: the source's first poll, then the first forecast on that history.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Warming {
+    History,
+    FirstForecast { since: SystemTime },
 }
 
 /// The control loop's state.
@@ -76,6 +85,11 @@ pub struct Engine {
     cluster: Option<watch::Receiver<Option<Arc<ClusterView>>>>,
     /// What the collectors say about their sources.
     health: Arc<SourceHealth>,
+    /// Collectors report their first poll to `health` (the serving process):
+    /// each workload then answers only once its history is loaded and its
+    /// first forecast fitted on it. Without collectors (tests, tools) the
+    /// store's history is taken as loaded.
+    warm_up: bool,
 }
 
 /// vLLM's `request_queue_time_seconds` buckets start at 0.3 s. With every
@@ -110,6 +124,7 @@ impl Engine {
             next_job: 0,
             cluster: None,
             health: Arc::default(),
+            warm_up: false,
         };
         engine.reconfigure(settings);
         engine
@@ -122,8 +137,10 @@ impl Engine {
     }
 
     /// Report the collectors' view of their sources (see [`SourceHealth`]).
+    /// Each workload waits for its collector's first poll, then for its first forecast (see [`Warmup`]).
     pub(crate) fn with_source_health(mut self, health: Arc<SourceHealth>) -> Self {
         self.health = health;
+        self.warm_up = true;
         self
     }
 
@@ -145,6 +162,11 @@ impl Engine {
         self.forecast = Arc::new(settings.forecast.clone());
         let mut old: HashMap<String, Slot> = self.slots.drain(..).map(|s| (s.workload.key(), s)).collect();
         for w in &settings.workloads {
+            // A changed workload on the same source has its history already: it need not warm up again.
+            let warmup = match old.get(&w.key()) {
+                Some(s) if s.workload.source == w.source => s.warmup,
+                _ => Some(Warming::History),
+            };
             let slot = match old.remove(&w.key()) {
                 Some(mut s) if s.workload.as_ref() == w.as_ref() => {
                     if forecast_changed {
@@ -169,6 +191,7 @@ impl Engine {
                     spare_pending: None,
                     spare_due: None,
                     spare_floor: None,
+                    warmup,
                 },
             };
             self.slots.push(slot);
@@ -178,8 +201,34 @@ impl Engine {
         }
     }
 
+    /// Move each workload's start-up along: history loaded (its collector's
+    /// first poll is done), then its first forecast in, or waited for long enough.
+    fn warm_up(&mut self, now: SystemTime) {
+        let (bound, forecasting) = (self.forecast.first_fit_wait, self.forecast.enabled);
+        for slot in &mut self.slots {
+            if !self.warm_up {
+                slot.warmup = None;
+                continue;
+            }
+            let key = slot.workload.key();
+            match slot.warmup {
+                Some(Warming::History) if self.health.get(&key).is_some_and(|h| h.first_poll_done) => {
+                    // The first refit is queued this tick, on the history just loaded.
+                    slot.refit_due = None;
+                    slot.warmup = (forecasting && !bound.is_zero()).then_some(Warming::FirstForecast { since: now });
+                }
+                Some(Warming::FirstForecast { since }) if now.duration_since(since).unwrap_or_default() >= bound => {
+                    info!(workload = %key, waited_secs = bound.as_secs_f64(), "first forecast not in yet; answering reactively until it lands");
+                    slot.warmup = None;
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// One tick: take in finished forecasts, queue due refits, read, decide, publish.
     pub fn tick(&mut self, now: SystemTime) {
+        self.warm_up(now);
         self.refits(now);
         for slot in &mut self.slots {
             let w = &slot.workload;
@@ -220,7 +269,15 @@ impl Engine {
             };
             let past = super::lookback::past_readings(&self.store, w, now, self.sizing.scale_down_stabilization);
             let mut forecast_only = false;
+            let warming = slot.warmup.map(|warming| match warming {
+                Warming::History => Warmup::History,
+                Warming::FirstForecast { since } => Warmup::FirstForecast {
+                    waited_secs: now.duration_since(since).unwrap_or_default().as_secs_f64(),
+                    bound_secs: self.forecast.first_fit_wait.as_secs_f64(),
+                },
+            });
             let decided = match slot.state.signals.get(&w.target.signal) {
+                _ if warming.is_some() => Err(NoDecision::WarmingUp(warming.unwrap_or(Warmup::History))),
                 None => Err(NoDecision::NoReading { signal: w.target.signal, cause: cause() }),
                 Some(r) if r.age_secs > w.stale_after.as_secs_f64() => {
                     match blind_decision(w, &slot.state, r.age_secs, &self.sizing, &past, now) {
@@ -251,7 +308,7 @@ impl Engine {
                 }
             }
             slot.state.forecast_only = forecast_only;
-            if !w.roles.is_empty() {
+            if !w.roles.is_empty() && warming.is_none() {
                 super::roles::decide_all(w, &mut slot.state, &mut slot.role_stabilisers, &self.sizing, now);
             }
             let live = slot.state.signals.get(&w.target.signal).map(|r| r.value);
@@ -407,6 +464,11 @@ impl Engine {
             if done.signal != slot.workload.target.signal {
                 continue;
             }
+            // The first forecast on the loaded history, or why there is none: either way the
+            // answer is now the one a replica that started earlier gives.
+            if matches!(slot.warmup, Some(Warming::FirstForecast { .. })) {
+                slot.warmup = None;
+            }
             let interval = self.forecast.refit_interval;
             match done.outcome {
                 Ok(f) => {
@@ -438,9 +500,9 @@ impl Engine {
             }
             return;
         }
-        for slot in
-            self.slots.iter_mut().filter(|s| s.refit_pending.is_empty() && s.refit_due.is_none_or(|due| now >= due))
-        {
+        for slot in self.slots.iter_mut().filter(|s| {
+            s.refit_pending.is_empty() && s.refit_due.is_none_or(|due| now >= due) && s.warmup != Some(Warming::History)
+        }) {
             let w = &slot.workload;
             // The target first, then the demand parts roles are sized on.
             let mut signals = vec![w.target.signal];
@@ -493,7 +555,7 @@ impl Engine {
     }
 
     fn publish(&self, plan: Option<Arc<Plan>>, spare: Option<Vec<PoolSpare>>, view: Option<Arc<ClusterView>>) {
-        let ready = self.slots.iter().all(|s| s.state.decided_at.is_some());
+        let ready = self.slots.iter().all(|s| s.warmup.is_none() && s.state.decided_at.is_some());
         let pools = view
             .as_ref()
             .map_or(self.pools.as_slice(), |v| v.pools.as_slice())

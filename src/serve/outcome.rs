@@ -30,6 +30,20 @@ pub enum NoDecision {
     /// Shadow mode tells KEDA only reactive answers, and there is none on stale data.
     #[error("stale target signal; in shadow mode KEDA gets only reactive answers, so none")]
     ShadowStale,
+    /// Just started: no answer until it is the one a replica that started earlier would give.
+    #[error("warming up: {0}")]
+    WarmingUp(Warmup),
+}
+
+/// What a workload waits for after start before it answers.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum Warmup {
+    /// The source's first poll: the history backfill and the current reading.
+    #[error("waiting for the source's first poll (history backfill and current reading)")]
+    History,
+    /// The first forecast fitted on that history.
+    #[error("waiting for the first forecast on the loaded history ({waited_secs:.0} s of at most {bound_secs:.0} s, forecast.first_fit_wait_secs)")]
+    FirstForecast { waited_secs: f64, bound_secs: f64 },
 }
 
 impl NoDecision {
@@ -37,6 +51,9 @@ impl NoDecision {
     pub(crate) fn same_kind(&self, other: &NoDecision) -> bool {
         match (self, other) {
             (NoDecision::Stale { bridge: a, .. }, NoDecision::Stale { bridge: b, .. }) => {
+                std::mem::discriminant(a) == std::mem::discriminant(b)
+            }
+            (NoDecision::WarmingUp(a), NoDecision::WarmingUp(b)) => {
                 std::mem::discriminant(a) == std::mem::discriminant(b)
             }
             _ => std::mem::discriminant(self) == std::mem::discriminant(other),
@@ -136,6 +153,20 @@ mod tests {
         );
         let none = NoDecision::NoReading { signal: Signal::Concurrency, cause: None };
         assert_eq!(none.to_string(), "no `concurrency` reading yet");
+        let invalid = NoDecision::NoReading {
+            signal: Signal::Concurrency,
+            cause: Some(SourceCause::Invalid { why: crate::sources::Invalid::Negative }),
+        };
+        assert_eq!(
+            invalid.to_string(),
+            "no `concurrency` reading yet: the source's latest value is negative, which is not a reading"
+        );
+        let warming = NoDecision::WarmingUp(Warmup::FirstForecast { waited_secs: 3.2, bound_secs: 120.0 });
+        assert_eq!(
+            warming.to_string(),
+            "warming up: waiting for the first forecast on the loaded history (3 s of at most 120 s, \
+             forecast.first_fit_wait_secs)"
+        );
         let silent = Unusable::from(RefitError::Silent { signal: Signal::QueueDepth, secs: 120 });
         assert_eq!(
             silent.to_string(),

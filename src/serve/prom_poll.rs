@@ -17,7 +17,7 @@
 //! then workloads, and tried again.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     future::Future,
     pin::Pin,
     sync::Arc,
@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{
-    collector::{note_empty, Sinks, WARN_EVERY},
+    collector::{note_empty, note_invalid, Sinks, WARN_EVERY},
     decide::unix,
 };
 use crate::{
@@ -245,6 +245,8 @@ struct BatchState {
     seeded: bool,
     range_failing: Throttle,
     instant_failing: Throttle,
+    /// Invalid instant readings, logged at most once a minute per batch.
+    invalid_log: Throttle,
 }
 
 /// Poll `batch` for grid point `g`: history since each member's next bucket
@@ -260,7 +262,18 @@ async fn poll_batch(ctx: Arc<Ctx>, batch: Arc<Batch>, mut st: BatchState, g: f64
     let mut written = 0usize;
     for (a, b) in chunks(from, last_complete, per_chunk) {
         match range(&ctx, &batch, &batch.members, a, b).await {
-            Ok(answers) => {
+            Ok(mut answers) => {
+                // The validity rule, as for every source: an invalid value is a gap, counted.
+                // (A NaN here is also how a bucket without a point reads, so only the rest is counted.)
+                for (i, values) in &mut answers {
+                    for v in values.iter_mut().filter(|v| !v.is_nan()) {
+                        if let Err(why) = batch.signal.check(*v) {
+                            let key = &ctx.members[*i].key;
+                            crate::telemetry::invalid_reading(key, batch.signal.as_str(), why.as_str());
+                            *v = f64::NAN;
+                        }
+                    }
+                }
                 let at = |k: i64| at_unix(k as f64 * res);
                 // Settled buckets of the first poll are bulk history: one durable
                 // transaction for the whole batch, never over what the store has.
@@ -328,7 +341,7 @@ async fn poll_batch(ctx: Arc<Ctx>, batch: Arc<Batch>, mut st: BatchState, g: f64
         if let Ok(answers) = ctx.client.range(&query, start, g - interval, interval, label.as_deref()).await {
             st.seeded = true;
             for (i, points) in ctx.assign(&batch.members, label.as_deref(), answers) {
-                for (t, v) in points.into_iter().filter(|(_, v)| v.is_finite()) {
+                for (t, v) in points.into_iter().filter(|(_, v)| batch.signal.check(*v).is_ok()) {
                     store.set_latest(&names[pos[&i]], at_unix(t), v);
                 }
             }
@@ -340,9 +353,16 @@ async fn poll_batch(ctx: Arc<Ctx>, batch: Arc<Batch>, mut st: BatchState, g: f64
             let got: HashMap<usize, f64> = answers.into_iter().collect();
             for (p, i) in batch.members.iter().enumerate() {
                 let v = got.get(i).copied();
-                if let Some(v) = v.filter(|v| v.is_finite()) {
-                    store.set_latest(&names[p], now, v);
+                let mut invalid = BTreeMap::new();
+                match v.map(|v| batch.signal.check(v)) {
+                    Some(Ok(v)) => store.set_latest(&names[p], now, v),
+                    Some(Err(why)) => {
+                        invalid.insert(batch.signal, why);
+                    }
+                    None => {}
                 }
+                let key = &ctx.members[*i].key;
+                note_invalid(&ctx.sinks.health, key, &[batch.signal], &invalid, &mut st.invalid_log);
                 // The query is only shown for a workload that matched nothing.
                 let query = if v.is_none() { ctx.query(&batch, &[*i]).0 } else { String::new() };
                 note_empty(&ctx.sinks.health, &ctx.members[*i].key, batch.signal, &query, v.is_none(), now);
@@ -386,6 +406,7 @@ pub(crate) async fn run(
             seeded: false,
             range_failing: Throttle::new(WARN_EVERY),
             instant_failing: Throttle::new(WARN_EVERY),
+            invalid_log: Throttle::new(WARN_EVERY),
         }));
     }
     let ctx = Arc::new(Ctx { client: Client::new(&cfg), cfg: cfg.clone(), members, sinks, res });
@@ -431,9 +452,16 @@ pub(crate) async fn run(
                 seeded: false,
                 range_failing: Throttle::new(WARN_EVERY),
                 instant_failing: Throttle::new(WARN_EVERY),
+                invalid_log: Throttle::new(WARN_EVERY),
             });
         }
         crate::telemetry::prometheus_poll(t0.elapsed().as_secs_f64());
+        if first {
+            // History is in (or its backfill failed and is retried each poll): decisions may start.
+            for m in &ctx.members {
+                ctx.sinks.health.update(&m.key, |h| h.first_poll_done = true);
+            }
+        }
         first = false;
     }
 }

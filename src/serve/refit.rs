@@ -81,6 +81,9 @@ struct Job {
     lead_secs: f64,
     /// The grid point the fit is for ([`grid`]): every replica fits the same instants.
     now: SystemTime,
+    /// When the fit became due: its grid point, or the process's start if
+    /// that is later (the first fits are for grid points already past).
+    due: SystemTime,
     /// History newer than this before `now` is left out: a shared source may
     /// still revise it, so replicas fitting at different moments would read
     /// different values.
@@ -103,6 +106,9 @@ pub(crate) struct Done {
 pub(crate) struct Refitter {
     queue: Arc<Queue>,
     done: mpsc::Receiver<Done>,
+    /// When this process's refitting began: a grid point before it was not
+    /// due here, so a fit's lag counts from it at the earliest.
+    started: SystemTime,
 }
 
 /// Jobs waiting for a worker. Workers stop once the `Refitter` is dropped.
@@ -184,7 +190,7 @@ impl Refitter {
                             Err(RefitError::Panicked)
                         });
                     lock(&selections).extend(mine);
-                    let lag = SystemTime::now().duration_since(job.now).map_or(0.0, |d| d.as_secs_f64());
+                    let lag = SystemTime::now().duration_since(job.due).map_or(0.0, |d| d.as_secs_f64());
                     crate::telemetry::refit_done(outcome.is_ok(), lag);
                     match &outcome {
                         Ok(f) => debug!(workload = %key, signal = %signal, spare, at = %rfc3339(job.now), model = %f.model, fit_ms = f.fit_ms, "forecast refitted"),
@@ -204,7 +210,7 @@ impl Refitter {
             // Without a worker, submitted jobs never finish: forecasts stay absent, decisions stay reactive.
             warn!("no forecast worker started; forecasts are off");
         }
-        Refitter { queue, done }
+        Refitter { queue, done, started: SystemTime::now() }
     }
 
     /// Jobs waiting for a worker.
@@ -235,6 +241,7 @@ impl Refitter {
             // Until the next refit, [now, now + cold start] must stay covered, from the history's end on.
             lead_secs: cold_start + settings.refit_interval.as_secs_f64() + lag_secs,
             now,
+            due: now.max(self.started),
             lag_secs,
             settings: settings.clone(),
         };
@@ -258,6 +265,7 @@ impl Refitter {
             spare: true,
             lead_secs: lead_secs + lag_secs,
             now,
+            due: now.max(self.started),
             lag_secs,
             settings: settings.clone(),
         };

@@ -13,7 +13,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::Signal;
+use super::{Invalid, Signal};
 
 /// The latest status of every workload's source, by workload key.
 #[derive(Debug, Default)]
@@ -52,9 +52,17 @@ pub(crate) struct SourceStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) asleep: Option<u32>,
     /// Scraped sources: targets that failed in the last round, by why
-    /// (`unreachable`, `timeout`, `http_status`, `parse`, `no_known_metrics`).
+    /// (`unreachable`, `timeout`, `http_status`, `body_too_large`, `parse`, `no_known_metrics`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) failures: BTreeMap<String, u32>,
+    /// Signals whose latest reading failed the validity rule (NaN, negative,
+    /// above the signal's plausible maximum), and why: each is a gap in history.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) invalid: BTreeMap<Signal, Invalid>,
+    /// The collector has finished its first poll (for Prometheus, the history
+    /// backfill with it), whatever it found: history is as loaded as it will be.
+    #[serde(skip)]
+    pub(crate) first_poll_done: bool,
     /// Prometheus sources: signals whose query has matched no series on
     /// every poll since `since`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -79,6 +87,9 @@ impl SourceStatus {
     /// Why `signal` has no usable reading, as far as the source knows:
     /// e.g. the query that has matched nothing for `min_secs` or longer.
     pub(crate) fn explain(&self, signal: Signal, now: SystemTime, min_secs: f64) -> Option<SourceCause> {
+        if let Some(why) = self.invalid.get(&signal) {
+            return Some(SourceCause::Invalid { why: *why });
+        }
         if let Some(e) = self.empty_queries.get(&signal) {
             let secs = now.duration_since(e.since).unwrap_or_default().as_secs_f64();
             if secs >= min_secs {
@@ -100,6 +111,9 @@ pub enum SourceCause {
     /// A Prometheus query has matched no series for `secs`: a wrong metric name or selector, not a slow source.
     #[error("the query `{query}` has matched no series for {secs:.0} s (check the metric names and `selector`)")]
     EmptyQuery { query: String, secs: f64 },
+    /// The source reports the signal, but its latest value failed the validity rule.
+    #[error("the source's latest value is {why}, which is not a reading")]
+    Invalid { why: Invalid },
     /// Some scrape targets failed (counted by why) or are asleep.
     #[error("{answered} of {targets} scrape targets answered{}{}", failed(.failures), asleep_note(*.asleep))]
     Targets { answered: u32, targets: u32, failures: BTreeMap<String, u32>, asleep: Option<u32> },

@@ -149,23 +149,119 @@ impl Signal {
     }
 }
 
+impl Signal {
+    /// The largest value a reading of this signal can plausibly have; past
+    /// it the reading is a pod's or a query's bug, not demand. Generous on
+    /// purpose: ten million requests in flight or per second, ten billion
+    /// tokens per second, a day of latency, a hundred million tokens per
+    /// request, and fractions at most 1.
+    pub(crate) fn plausible_max(self) -> f64 {
+        match self {
+            Signal::Concurrency | Signal::Running | Signal::QueueDepth | Signal::QueueDeferred => 1e7,
+            Signal::RequestRate | Signal::RejectionRate => 1e7,
+            Signal::PromptTokensRate | Signal::GenerationTokensRate => 1e10,
+            Signal::KvCacheUsage | Signal::PrefixCacheHitFraction => 1.0,
+            Signal::TtftP50
+            | Signal::TtftP90
+            | Signal::TtftP99
+            | Signal::ItlP90
+            | Signal::E2eP50
+            | Signal::E2eP90
+            | Signal::E2eP99
+            | Signal::QueueWaitP50
+            | Signal::QueueWaitP90
+            | Signal::QueueWaitP99 => 86_400.0,
+            Signal::PromptTokensPerRequest | Signal::GenerationTokensPerRequest => 1e8,
+        }
+    }
+
+    /// The one validity rule every reading of every signal passes, from any
+    /// source, before it is a value: finite, not negative, and at most
+    /// [`Signal::plausible_max`]. What fails is a gap, with its reason.
+    pub(crate) fn check(self, v: f64) -> Result<f64, Invalid> {
+        if v.is_nan() {
+            Err(Invalid::NotANumber)
+        } else if v < 0.0 {
+            Err(Invalid::Negative)
+        } else if v > self.plausible_max() {
+            Err(Invalid::Implausible)
+        } else {
+            Ok(v)
+        }
+    }
+}
+
+/// Why a reading was not taken as a value (it is a gap in history instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Invalid {
+    /// NaN.
+    NotANumber,
+    /// Below zero (`-Inf` included).
+    Negative,
+    /// Above the signal's plausible maximum (`+Inf` included).
+    Implausible,
+}
+
+impl Invalid {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Invalid::NotANumber => "not_a_number",
+            Invalid::Negative => "negative",
+            Invalid::Implausible => "implausible",
+        }
+    }
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Invalid::NotANumber => "NaN",
+            Invalid::Negative => "negative",
+            Invalid::Implausible => "above its plausible maximum",
+        })
+    }
+}
+
 impl fmt::Display for Signal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-/// One poll's worth of signal values for a workload.
+/// One poll's worth of signal values for a workload: the valid ones, and
+/// why the others were not taken.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Signals {
-    pub(crate) values: BTreeMap<Signal, f64>,
+    values: BTreeMap<Signal, f64>,
+    invalid: BTreeMap<Signal, Invalid>,
 }
 
 impl Signals {
-    /// The value of `signal` if the source reported a usable one: finite and
-    /// not negative. Anything else counts as missing, never as zero.
+    /// Take `v` as this poll's `signal` if it passes [`Signal::check`]; else
+    /// note why not. Either way the other is forgotten.
+    pub(crate) fn put(&mut self, signal: Signal, v: f64) {
+        match signal.check(v) {
+            Ok(v) => {
+                self.invalid.remove(&signal);
+                self.values.insert(signal, v);
+            }
+            Err(why) => {
+                self.values.remove(&signal);
+                self.invalid.insert(signal, why);
+            }
+        }
+    }
+
+    /// The value of `signal`, if the source reported a valid one. Anything
+    /// else counts as missing, never as zero.
     pub fn get(&self, signal: Signal) -> Option<f64> {
-        self.values.get(&signal).copied().filter(|v| v.is_finite() && *v >= 0.0)
+        self.values.get(&signal).copied()
+    }
+
+    /// Signals the source reported but that failed the validity rule, and why.
+    pub fn invalid(&self) -> &BTreeMap<Signal, Invalid> {
+        &self.invalid
     }
 }
 
@@ -241,6 +337,38 @@ impl SourceConfig {
         };
         found.into_iter().map(|(f, m)| (format!("{kind}.{f}"), m)).collect()
     }
+}
+
+/// Why a body was not read whole.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    /// Past the configured bound: reading stopped there, so memory stays flat.
+    #[error("the body is over the {limit}-byte limit ({setting})")]
+    TooLarge { limit: usize, setting: &'static str },
+    #[error(transparent)]
+    Http(#[from] reqwest::Error),
+}
+
+/// Read `res`'s body, decoded (gzip), up to `limit` bytes; past that, stop
+/// and fail. A bound on decoded bytes also caps a small gzip that inflates.
+pub(crate) async fn read_bounded(
+    mut res: reqwest::Response,
+    limit: usize,
+    setting: &'static str,
+) -> Result<Vec<u8>, BodyError> {
+    let too_large = || BodyError::TooLarge { limit, setting };
+    // A declared length is the encoded one, so it can only refuse early, never pass a body.
+    if res.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::with_capacity(res.content_length().map_or(64 * 1024, |n| n as usize).min(limit));
+    while let Some(chunk) = res.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// An HTTP client for the sources, one per distinct timeout, shared by every

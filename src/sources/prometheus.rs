@@ -54,6 +54,10 @@ pub(crate) struct PrometheusConfig {
     /// Extra request headers (e.g. `X-Scope-OrgID` for Mimir).
     #[serde(default)]
     pub(crate) headers: BTreeMap<String, String>,
+    /// Largest answer read (decoded JSON). A range query over it is split
+    /// and asked again, as one the server refuses for its size is.
+    #[serde(default = "default_max_answer_bytes")]
+    pub(crate) max_answer_bytes: usize,
 }
 
 fn default_window() -> String {
@@ -76,6 +80,10 @@ fn default_max_points() -> usize {
 }
 fn default_max_workloads() -> usize {
     1_000
+}
+/// A bulk range answer of a million points is about 30 MB of JSON.
+fn default_max_answer_bytes() -> usize {
+    64 << 20
 }
 
 impl PrometheusConfig {
@@ -122,6 +130,9 @@ impl PrometheusConfig {
                 format!("must be within 1..=100000, got {}", self.max_workloads_per_query),
             ));
         }
+        if !(1024..=1 << 30).contains(&self.max_answer_bytes) {
+            out.push(("max_answer_bytes", format!("must be within 1024..=1073741824, got {}", self.max_answer_bytes)));
+        }
         for (k, v) in &self.headers {
             if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err()
                 || reqwest::header::HeaderValue::from_str(v).is_err()
@@ -143,13 +154,16 @@ pub(crate) enum PromError {
     Api { url: String, status: u16, error_type: String, error: String },
     #[error("{url}: unexpected response: {detail}")]
     Decode { url: String, detail: String },
+    #[error("{url}: the answer is over the {limit}-byte limit (prometheus.max_answer_bytes)")]
+    TooLarge { url: String, limit: usize },
 }
 
 impl PromError {
     /// Did the server (or our timeout) refuse the query for its size? Then
     /// a smaller one may pass: Prometheus answers 422 `execution` for "would
     /// load too many samples", 503 `timeout` for a slow query;
-    /// VictoriaMetrics 422 for its limits; a proxy 413 for a large body.
+    /// VictoriaMetrics 422 for its limits; a proxy 413 for a large body;
+    /// our own bound on an answer's size.
     pub(crate) fn is_limit(&self) -> bool {
         match self {
             PromError::Http { source, .. } => source.is_timeout(),
@@ -157,6 +171,7 @@ impl PromError {
                 matches!(status, 413 | 422 | 503) || matches!(error_type.as_str(), "execution" | "timeout")
             }
             PromError::Decode { .. } => false,
+            PromError::TooLarge { .. } => true,
         }
     }
 }
@@ -219,6 +234,7 @@ pub(crate) struct Client {
     base: String,
     http: reqwest::Client,
     headers: reqwest::header::HeaderMap,
+    max_answer_bytes: usize,
 }
 
 impl Client {
@@ -232,7 +248,12 @@ impl Client {
                 headers.insert(k, v);
             }
         }
-        Client { base: config.url.trim_end_matches('/').to_string(), http, headers }
+        Client {
+            base: config.url.trim_end_matches('/').to_string(),
+            http,
+            headers,
+            max_answer_bytes: config.max_answer_bytes,
+        }
     }
 
     async fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Data, PromError> {
@@ -247,7 +268,12 @@ impl Client {
             .await
             .map_err(|source| PromError::Http { url: url.clone(), source })?;
         let status = res.status().as_u16();
-        let body = res.bytes().await.map_err(|source| PromError::Http { url: url.clone(), source })?;
+        let body = super::read_bounded(res, self.max_answer_bytes, "prometheus.max_answer_bytes").await.map_err(
+            |e| match e {
+                super::BodyError::TooLarge { limit, .. } => PromError::TooLarge { url: url.clone(), limit },
+                super::BodyError::Http(source) => PromError::Http { url: url.clone(), source },
+            },
+        )?;
         let big = body.len() > DECODE_OFF_RUNTIME_BYTES;
         let decode = move || {
             serde_json::from_slice::<Envelope>(&body)

@@ -44,6 +44,10 @@ pub struct ScrapeConfig {
     /// Keep only series with this `model_name` label.
     #[serde(default)]
     pub model_name: Option<String>,
+    /// Largest body read from one target (decoded); past it that target's
+    /// scrape fails with `body_too_large`. A vLLM pod serves tens of KB.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
 }
 
 /// Targets from a (headless Service) DNS name.
@@ -66,6 +70,9 @@ fn default_timeout_secs() -> f64 {
 }
 fn default_concurrency() -> usize {
     16
+}
+pub(crate) fn default_max_body_bytes() -> usize {
+    10 << 20
 }
 fn default_path() -> String {
     "/metrics".into()
@@ -99,6 +106,9 @@ impl ScrapeConfig {
         if !(0.05..=300.0).contains(&self.timeout_secs) {
             out.push(("timeout_secs", format!("must be within 0.05..=300, got {}", self.timeout_secs)));
         }
+        if !(1024..=1 << 30).contains(&self.max_body_bytes) {
+            out.push(("max_body_bytes", format!("must be within 1024..=1073741824, got {}", self.max_body_bytes)));
+        }
         if self.concurrency == 0 {
             out.push(("concurrency", "must be at least 1".into()));
         }
@@ -118,6 +128,8 @@ pub enum TargetError {
     Parse,
     /// Valid, but without vLLM or KServe metrics.
     NoKnownMetrics,
+    /// Longer than `max_body_bytes`.
+    TooLarge,
 }
 
 impl TargetError {
@@ -128,6 +140,7 @@ impl TargetError {
             TargetError::Status => "http_status",
             TargetError::Parse => "parse",
             TargetError::NoKnownMetrics => "no_known_metrics",
+            TargetError::TooLarge => "body_too_large",
         }
     }
 }
@@ -210,9 +223,10 @@ impl Scraper {
         let mut set = JoinSet::new();
         for target in targets.iter().cloned() {
             let (client, limit, model) = (self.client.clone(), limit.clone(), self.config.model_name.clone());
+            let max_body = self.config.max_body_bytes;
             set.spawn(async move {
                 let _permit = limit.acquire_owned().await;
-                let got = scrape_one(&client, &target, model.as_deref()).await;
+                let got = scrape_one(&client, &target, model.as_deref(), max_body).await;
                 (target, got)
             });
         }
@@ -261,6 +275,7 @@ async fn scrape_one(
     client: &reqwest::Client,
     target: &str,
     model: Option<&str>,
+    max_body: usize,
 ) -> Result<vllm::Reading, (TargetError, String)> {
     let res = client
         .get(target)
@@ -276,12 +291,15 @@ async fn scrape_one(
     }
     let format =
         Format::from_content_type(res.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
-    let body = res
-        .text()
-        .await
-        .map_err(|e| (if e.is_timeout() { TargetError::Timeout } else { TargetError::Unreachable }, e.to_string()))?;
+    let body = super::read_bounded(res, max_body, "scrape.max_body_bytes").await.map_err(|e| match e {
+        super::BodyError::TooLarge { .. } => (TargetError::TooLarge, e.to_string()),
+        super::BodyError::Http(e) => {
+            (if e.is_timeout() { TargetError::Timeout } else { TargetError::Unreachable }, e.to_string())
+        }
+    })?;
     // The reading's time is when the body arrived: rates divide by the time between bodies.
     let at = SystemTime::now();
+    let body = String::from_utf8_lossy(&body);
     let families = exposition::parse(&body, format).map_err(|e| (TargetError::Parse, e.to_string()))?;
     vllm::read(&families, at, model).map_err(|e| (TargetError::NoKnownMetrics, e.to_string()))
 }

@@ -3,7 +3,7 @@
 //! (or its bytes) and a position and says where the token ends, or why the
 //! line is malformed.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, num::IntErrorKind};
 
 /// After a text-format value ending at `i`: `[timestamp]`, blanks allowed around it.
 pub(super) fn text_tail(line: &str, i: usize, name: &str) -> Result<Option<i64>, String> {
@@ -17,13 +17,18 @@ pub(super) fn text_tail(line: &str, i: usize, name: &str) -> Result<Option<i64>,
     }
     let end = find_blank(b, start);
     let token = &line[start..end];
-    let ts = token.parse::<i64>().map_err(|_| format!("invalid timestamp `{}` for `{name}`", shown(token)))?;
+    let ts = match token.parse::<i64>() {
+        Ok(ts) => Some(ts),
+        // An integer past i64 milliseconds: the sample stands, without its timestamp.
+        Err(e) if matches!(e.kind(), IntErrorKind::PosOverflow | IntErrorKind::NegOverflow) => None,
+        Err(_) => return Err(format!("invalid timestamp `{}` for `{name}`", shown(token))),
+    };
     let after = skip_blanks(b, end);
     if after < b.len() {
         let rest = line.get(after..).unwrap_or("");
         return Err(format!("unexpected `{}` after the timestamp of `{name}`", shown(rest)));
     }
-    Ok(Some(ts))
+    Ok(ts)
 }
 
 /// A label set after its `{`, into `out`; returns the index after the `}`.
@@ -112,9 +117,13 @@ pub(super) fn parse_quoted<'a>(line: &'a str, start: usize, label: &str) -> Resu
                     Some(b'\\') => out.push('\\'),
                     Some(b'"') => out.push('"'),
                     Some(b'n') => out.push('\n'),
+                    // Any other escape is allowed and kept as written, backslash
+                    // included, as Prometheus keeps it. The loop goes on from the
+                    // escaped character, so a multi-byte one is copied whole.
                     Some(_) => {
-                        let c = line.get(i + 1..).and_then(|s| s.chars().next()).unwrap_or('?');
-                        return Err(format!("invalid escape `\\{c}` in the value of label `{label}`"));
+                        out.push('\\');
+                        i += 1;
+                        continue;
                     }
                     None => return Err(unterminated()),
                 }
@@ -134,10 +143,11 @@ pub(super) fn parse_quoted<'a>(line: &'a str, start: usize, label: &str) -> Resu
     }
 }
 
-/// Help text: `\\` and `\n` escapes, and `\"` in OpenMetrics.
-pub(super) fn unescape_help(raw: &str, om: bool) -> Result<Cow<'_, str>, String> {
+/// Help text: `\\` and `\n` escapes, and `\"` in OpenMetrics; any other
+/// backslash is kept as written (the grammar allows one before any character).
+pub(super) fn unescape_help(raw: &str, om: bool) -> Cow<'_, str> {
     let Some(first) = raw.find('\\') else {
-        return Ok(Cow::Borrowed(raw));
+        return Cow::Borrowed(raw);
     };
     let mut out = String::with_capacity(raw.len());
     out.push_str(&raw[..first]);
@@ -151,11 +161,14 @@ pub(super) fn unescape_help(raw: &str, om: bool) -> Result<Cow<'_, str>, String>
             Some('\\') => out.push('\\'),
             Some('n') => out.push('\n'),
             Some('"') if om => out.push('"'),
-            Some(other) => return Err(format!("invalid escape `\\{other}` in help text")),
-            None => return Err("unterminated escape at the end of the help text".to_string()),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
         }
     }
-    Ok(Cow::Owned(out))
+    Cow::Owned(out)
 }
 
 pub(super) fn check_duplicate_labels(labels: &[(&str, Cow<'_, str>)]) -> Result<(), String> {
@@ -177,12 +190,14 @@ pub(super) fn parse_float(s: &str) -> Option<f64> {
     s.parse::<f64>().ok()
 }
 
-/// An OpenMetrics timestamp (float seconds) as milliseconds.
-pub(super) fn om_timestamp(s: &str) -> Option<i64> {
-    let secs = parse_float(s)?;
+/// An OpenMetrics timestamp (float seconds) as milliseconds: `Err` when it
+/// is not a number, `Ok(None)` for a number past i64 milliseconds (the
+/// sample stands without it).
+pub(super) fn om_timestamp(s: &str) -> Result<Option<i64>, ()> {
+    let secs = parse_float(s).filter(|v| v.is_finite()).ok_or(())?;
     let ms = (secs * 1000.0).round();
     // i64::MAX as f64 rounds up to 2^63, so `<` keeps the cast exact.
-    (ms.is_finite() && ms >= i64::MIN as f64 && ms < i64::MAX as f64).then_some(ms as i64)
+    Ok((ms.is_finite() && ms >= i64::MIN as f64 && ms < i64::MAX as f64).then_some(ms as i64))
 }
 
 pub(super) fn check_metric_name(name: &str) -> Result<(), String> {

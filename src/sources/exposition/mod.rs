@@ -25,7 +25,11 @@
 //!   `# HELP`, `# TYPE`, `# UNIT` and `# EOF` comments, no trailing comma in a
 //!   label set, and `# EOF` must end the body (one `\n` may follow it).
 //! - Escapes: label values know `\\`, `\"`, `\n`; help texts `\\`, `\n` (and
-//!   `\"` in OpenMetrics). Any other escape is an error.
+//!   `\"` in OpenMetrics). Any other backslash is kept as written, as
+//!   Prometheus keeps it: the OpenMetrics grammar allows a backslash before
+//!   any character, and one odd HELP line must not cost a pod's whole body.
+//! - A timestamp that is a number but past i64 milliseconds is dropped; the
+//!   sample stands without it.
 //! - A sample resolves to the family declared with its exact name first; else
 //!   to the family its name minus a known suffix names, if that family's type
 //!   has suffixed samples (histogram, gaugehistogram, summary; in OpenMetrics
@@ -409,7 +413,7 @@ impl<'a> Parser<'a> {
         if om && !family.samples.is_empty() {
             return Err(format!("HELP for `{name}` after its samples"));
         }
-        family.help = Some(unescape_help(raw, om)?);
+        family.help = Some(unescape_help(raw, om));
         Ok(())
     }
 
@@ -522,7 +526,7 @@ impl<'a> Parser<'a> {
                 let end = find_space(b, start);
                 let token = &line[start..end];
                 let ts =
-                    om_timestamp(token).ok_or_else(|| format!("invalid timestamp `{}` for `{name}`", shown(token)))?;
+                    om_timestamp(token).map_err(|()| format!("invalid timestamp `{}` for `{name}`", shown(token)))?;
                 if end < b.len() {
                     match b.get(end + 1) {
                         Some(b'#') => self.exemplar(line, end + 1, name)?,
@@ -533,7 +537,7 @@ impl<'a> Parser<'a> {
                         }
                     }
                 }
-                Ok(Some(ts))
+                Ok(ts)
             }
         }
     }
@@ -558,7 +562,7 @@ impl<'a> Parser<'a> {
         if end < b.len() {
             let ts_end = find_space(b, end + 1);
             let token = &line[end + 1..ts_end];
-            if om_timestamp(token).is_none() {
+            if om_timestamp(token).is_err() {
                 return Err(format!("invalid exemplar timestamp `{}` on `{name}`", shown(token)));
             }
             if ts_end < b.len() {

@@ -158,6 +158,36 @@ fn counter(name: &str) -> Option<Counter> {
     COUNTERS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
 }
 
+/// Counts and gauges past this (2^53) are no longer exact in an f64: a
+/// pod reporting one is broken, not busy.
+const RAW_MAX: f64 = 9_007_199_254_740_992.0;
+
+/// A sample's value as the sums below should see it: an invalid one (NaN,
+/// negative, past [`RAW_MAX`]) becomes NaN, -Inf or +Inf, so whatever it is
+/// summed into or subtracted from stays invalid, for the same reason, and
+/// fails [`crate::sources::Signal::check`] instead of being clamped into a
+/// plausible number.
+fn raw(v: f64) -> f64 {
+    if v < 0.0 {
+        f64::NEG_INFINITY
+    } else if v > RAW_MAX {
+        f64::INFINITY
+    } else {
+        v
+    }
+}
+
+/// `a - b` floored at zero, unless it is already invalid: a clamp must not
+/// turn a NaN or a -Inf into a plausible 0.
+fn minus_floored(a: f64, b: f64) -> f64 {
+    let d = a - b;
+    if d.is_finite() {
+        d.max(0.0)
+    } else {
+        d
+    }
+}
+
 /// Build a reading from parsed families, keeping only series whose
 /// `model_name` is `model` when a model is given.
 pub fn read(families: &[Family<'_>], at: SystemTime, model: Option<&str>) -> Result<Reading, ReadError> {
@@ -199,6 +229,7 @@ pub fn read(families: &[Family<'_>], at: SystemTime, model: Option<&str>) -> Res
             }
             continue;
         }
+        // `_created` is a time, not a count: only the values below pass through `raw`.
         if let Some(c) = counter(name.strip_suffix("_total").unwrap_or(&name)) {
             if f.kind != MetricType::Counter && !untyped {
                 continue;
@@ -207,7 +238,7 @@ pub fn read(families: &[Family<'_>], at: SystemTime, model: Option<&str>) -> Res
                 if s.name.ends_with("_created") {
                     created.insert((c, label_key(s, &[])), s.value);
                 } else {
-                    r.counters.insert((c, label_key(s, &[])), (s.value, None));
+                    r.counters.insert((c, label_key(s, &[])), (raw(s.value), None));
                 }
             }
             continue;
@@ -216,7 +247,8 @@ pub fn read(families: &[Family<'_>], at: SystemTime, model: Option<&str>) -> Res
             continue;
         }
         for s in f.samples.iter().filter(|s| wanted(s)) {
-            let add = |slot: &mut Option<f64>| *slot.get_or_insert(0.0) += s.value;
+            let value = raw(s.value);
+            let add = |slot: &mut Option<f64>| *slot.get_or_insert(0.0) += value;
             match name.as_ref() {
                 "vllm:num_requests_running" => add(&mut r.running),
                 "vllm:num_requests_waiting" => add(&mut r.waiting),
@@ -226,8 +258,8 @@ pub fn read(families: &[Family<'_>], at: SystemTime, model: Option<&str>) -> Res
                         add(&mut r.deferred);
                     }
                 }
-                "vllm:kv_cache_usage_perc" => kv_new.push(s.value),
-                "vllm:gpu_cache_usage_perc" => kv_old.push(s.value),
+                "vllm:kv_cache_usage_perc" => kv_new.push(value),
+                "vllm:gpu_cache_usage_perc" => kv_old.push(value),
                 "vllm:engine_sleep_state" if s.label("sleep_state") == Some("awake") => {
                     let engine = label_key(s, &["sleep_state"]);
                     *engines.entry(engine).or_default() |= s.value >= 0.5;
@@ -273,17 +305,18 @@ fn read_histogram_sample(r: &mut Reading, h: Hist, family: &str, s: &Sample<'_>)
         return;
     };
     let series = r.hists.entry((h, label_key(s, skip))).or_default();
+    let value = raw(s.value);
     match role {
         "bucket" => {
             if let Some(le) = s.label("le").and_then(parse_le) {
-                series.le.push((le, s.value));
+                series.le.push((le, value));
             }
         }
-        "sum" => series.sum = Some(s.value),
+        "sum" => series.sum = Some(value),
         _ => {
-            series.count = Some(s.value);
+            series.count = Some(value);
             if family == KSERVE_PREDICT {
-                r.counters.insert((Counter::KservePredict, label_key(s, &[])), (s.value, None));
+                r.counters.insert((Counter::KservePredict, label_key(s, &[])), (value, None));
             }
         }
     }
@@ -334,7 +367,7 @@ impl Deriver {
             if let Some(v) = r.waiting.or(r.by_reason) {
                 add(&mut waiting, v);
                 // Deferred requests wait on LoRA budget or KV transfer: more replicas do not drain them.
-                add(&mut queue, (v - r.deferred.unwrap_or(0.0)).max(0.0));
+                add(&mut queue, minus_floored(v, r.deferred.unwrap_or(0.0)));
             }
             if let Some(v) = r.deferred {
                 add(&mut deferred, v);
@@ -350,8 +383,8 @@ impl Deriver {
             }
         }
         let mut put = |s: Signal, v: Option<f64>| {
-            if let Some(v) = v.filter(|v| v.is_finite()) {
-                out.values.insert(s, v);
+            if let Some(v) = v {
+                out.put(s, v);
             }
         };
         put(Signal::Running, running);
@@ -376,8 +409,14 @@ impl Deriver {
             put(Signal::RejectionRate, rate(Counter::Rejected));
             put(Signal::PromptTokensRate, rate(Counter::PromptTokens));
             put(Signal::GenerationTokensRate, rate(Counter::GenerationTokens));
-            put(Signal::PrefixCacheHitFraction, t.prefix.and_then(|(q, h)| (q > 0.0).then(|| (h / q).clamp(0.0, 1.0))));
-            let mean = |h: Hist| t.sums.get(&h).and_then(|(s, n)| (*n > 0.0).then(|| s / n));
+            // A ratio of invalid counts is invalid, never "no queries".
+            let ratio = |num: f64, den: f64| match (num.is_finite() && den.is_finite(), den > 0.0) {
+                (false, _) => Some(f64::NAN),
+                (true, true) => Some(num / den),
+                (true, false) => None,
+            };
+            put(Signal::PrefixCacheHitFraction, t.prefix.and_then(|(q, h)| ratio(h, q)));
+            let mean = |h: Hist| t.sums.get(&h).and_then(|(s, n)| ratio(*s, *n));
             put(Signal::PromptTokensPerRequest, mean(Hist::PromptLength));
             put(Signal::GenerationTokensPerRequest, mean(Hist::GenerationLength));
         }
@@ -425,6 +464,8 @@ fn increases(prev: &Reading, r: &Reading, dt: f64, t: &mut Totals) {
             continue;
         }
         let increase = match prev.counters.get(&(*c, labels.clone())) {
+            // After an invalid reading the increase is unknown, not a restart from zero.
+            Some((pv, _)) if !pv.is_finite() => f64::NAN,
             Some((pv, pc)) if v >= pv && (created.is_none() || pc.is_none() || created == pc) => v - pv,
             // Fell or restarted (new _created), or new since the last scrape:
             // a counter that started from 0 inside this interval.
@@ -455,13 +496,13 @@ fn increases(prev: &Reading, r: &Reading, dt: f64, t: &mut Totals) {
         let acc = t.buckets.entry(*h).or_default();
         for (le, c) in &now.le {
             let pc = before.and_then(|b| b.le.iter().find(|(l, _)| l == le)).map_or(0.0, |x| x.1);
-            *acc.entry(le.to_bits()).or_default() += (c - pc).max(0.0);
+            *acc.entry(le.to_bits()).or_default() += minus_floored(*c, pc);
         }
         if let (Some(s), Some(n)) = (now.sum, now.count) {
             let (ps, pn) = before.map_or((0.0, 0.0), |b| (b.sum.unwrap_or(0.0), b.count.unwrap_or(0.0)));
             let acc = t.sums.entry(*h).or_default();
             acc.0 += s - ps;
-            acc.1 += (n - pn).max(0.0);
+            acc.1 += minus_floored(n, pn);
         }
     }
 }
@@ -471,6 +512,10 @@ fn increases(prev: &Reading, r: &Reading, dt: f64, t: &mut Totals) {
 /// `histogram_quantile` does. `None` when nothing was observed.
 fn quantile(q: f64, cumulative: &BTreeMap<u64, f64>) -> Option<f64> {
     let mut b: Vec<(f64, f64)> = cumulative.iter().map(|(k, v)| (f64::from_bits(*k), *v)).collect();
+    // Counts that are not counts (an invalid bucket): the quantile is invalid too, not absent.
+    if let Some(bad) = b.iter().map(|x| x.1).find(|c| !c.is_finite()) {
+        return Some(bad);
+    }
     b.sort_by(|x, y| x.0.total_cmp(&y.0));
     let total = b.last()?.1;
     if total <= 0.0 || b.last()?.0 != f64::INFINITY {
