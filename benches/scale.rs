@@ -333,7 +333,7 @@ async fn run(o: HashMap<&'static str, f64>) {
     let (grpc, http) = rx.recv_timeout(Duration::from_secs(300)).expect("foresight serve did not start listening");
     log(format!("foresight serve listening (gRPC {grpc}, HTTP {http})"));
 
-    // Start-up: every workload decided (/readyz 200), then every one forecast (its count of those waiting 0).
+    // Start-up: every workload warmed up and decided (/readyz 200), then every one forecast (its count of those waiting 0).
     let ready_url = format!("http://{http}/readyz");
     let (mut decided, mut forecast, mut pending, mut last_log) = (None, None, usize::MAX, Instant::now());
     loop {
@@ -462,7 +462,8 @@ async fn run(o: HashMap<&'static str, f64>) {
         row!("history file", "{:.0} MiB ({:.2} bytes/point)", bytes / 1048576.0, bytes / pts);
     }
     let dec = decided.map_or("not reached".into(), |d| format!("{d:.1} s"));
-    row!("start-up: every workload decided", "{dec}");
+    // /readyz 200: every workload's history loaded, its first forecast in (or first_fit_wait_secs passed), decided.
+    row!("start-up: every workload ready (warmed up and decided)", "{dec}");
     let missing = last.iter().filter(|w| w.forecast.is_none()).count();
     let fc =
         forecast.map_or(format!("not reached ({missing} of {n} still without at the end)"), |f| format!("{f:.1} s"));

@@ -147,7 +147,7 @@ pub(crate) fn register(registry: &mut Registry) {
     registry.register("foresight_refits", "Forecast fits finished, by outcome", COUNTERS.refits.clone());
     registry.register(
         "foresight_refit_lag_seconds",
-        "Time from when a fit became due (its grid point, or the process start if later, as for the first fits) to its result: the fit plus its wait for a worker",
+        "Time from when a fit became due (as planned, or when queued for a first fit) to its result: the fit plus its wait for a worker",
         COUNTERS.refit_lag.clone(),
     );
     registry.register(

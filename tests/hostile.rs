@@ -212,24 +212,39 @@ fn peak_rss_mib(pid: u32) -> f64 {
     kib / 1024.0
 }
 
-/// A pod that answers a 50 MB body: the real binary stops reading at
-/// `max_body_bytes` (10 MiB by default), names the limit in its log and in
-/// the API, goes on with the other pod, and its peak memory stays under
-/// 100 MiB.
+/// A vLLM-shaped body of `bytes` bytes or a little more.
+fn huge_body(bytes: usize) -> String {
+    let line = "vllm:num_requests_running{model_name=\"m\",engine=\"0\"} 1\n";
+    let mut b = String::from("# TYPE vllm:num_requests_running gauge\n");
+    while b.len() < bytes {
+        b.push_str(line);
+    }
+    b
+}
+
+/// A pod that answers a 50 MB body, streamed with no length (the bound is
+/// met while reading) and with its length declared (refused before): the
+/// real binary stops reading at `max_body_bytes` (10 MiB by default), names
+/// the limit in its log and in the API, goes on with the other pod, and its
+/// peak memory stays under 100 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_past_the_bound_fails_by_name_and_memory_stays_flat() {
     let shutdown = CancellationToken::new();
-    let big: Arc<String> = Arc::new({
-        let line = "vllm:num_requests_running{model_name=\"m\",engine=\"0\"} 1\n";
-        let mut b = String::from("# TYPE vllm:num_requests_running gauge\n");
-        while b.len() < 50_000_000 {
-            b.push_str(line);
-        }
-        b
-    });
+    let big = axum::body::Bytes::from(huge_body(50_000_000));
     let small = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\",engine=\"0\"} 4\n";
+    let streamed = big.clone();
     let app = Router::new()
-        .route("/big", get(move || async move { big.as_str().to_string() }))
+        .route(
+            "/streamed",
+            get(move || {
+                let chunks: Vec<Result<axum::body::Bytes, std::io::Error>> = (0..streamed.len())
+                    .step_by(64 << 10)
+                    .map(|i| Ok(streamed.slice(i..(i + (64 << 10)).min(streamed.len()))))
+                    .collect();
+                async move { axum::body::Body::from_stream(tokio_stream::iter(chunks)) }
+            }),
+        )
+        .route("/declared", get(move || async move { big.clone() }))
         .route("/small", get(move || async move { small }));
     let base = serve(app, &shutdown).await;
     let dir = tempfile::tempdir().unwrap();
@@ -237,20 +252,20 @@ async fn a_body_past_the_bound_fails_by_name_and_memory_stays_flat() {
         "grpc: {{listen: 127.0.0.1:0}}\nhttp: {{listen: 127.0.0.1:0}}\ntick_interval_secs: 0.2\nstore: {{path: null}}\n\
          forecast: {{enabled: false}}\nworkloads:\n  - name: m\n    namespace: inference\n    model: llama-3.1-8b-h100\n\
          \x20   target: {{signal: concurrency}}\n\
-         \x20   source: {{scrape: {{targets: ['{base}/big', '{base}/small'], interval_secs: 0.5, timeout_secs: 10}}}}\n"
+         \x20   source: {{scrape: {{targets: ['{base}/streamed', '{base}/declared', '{base}/small'], interval_secs: 0.5, timeout_secs: 10}}}}\n"
     );
     let s = tokio::task::block_in_place(|| common::Server::start(dir.path(), &yaml));
     let line = tokio::task::block_in_place(|| s.wait_for_log("body_too_large", Duration::from_secs(20)));
     assert!(line.contains("10485760-byte limit (scrape.max_body_bytes)"), "{line}");
     // Several rounds of the big body, then the peak.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while s.log_lines_with(&["body_too_large"]).len() < 2 && Instant::now() < deadline {
+    while s.log_lines_with(&["body_too_large"]).len() < 4 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let v: serde_json::Value = serde_json::from_str(&common::http_get(s.http, "/api/v1/workloads").unwrap()).unwrap();
     let w = &v["workloads"][0];
-    assert_eq!(w["source"]["failures"]["body_too_large"], 1, "{w}");
+    assert_eq!(w["source"]["failures"]["body_too_large"], 2, "both big pods: {w}");
     assert_eq!(w["signals"]["concurrency"]["value"], 4.0, "the other pod still counts: {w}");
     let peak = peak_rss_mib(s.child.id());
     eprintln!("peak RSS with a 50 MB body every 0.5 s: {peak:.1} MiB");
@@ -260,6 +275,29 @@ async fn a_body_past_the_bound_fails_by_name_and_memory_stays_flat() {
 
 fn answer(body: String) -> ([(&'static str, &'static str); 1], String) {
     ([("content-type", "application/json")], body)
+}
+
+/// A small gzip body that inflates past the bound is stopped on the inflated
+/// bytes, not the few on the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzip_body_is_bounded_by_what_it_inflates_to() {
+    use std::io::Write;
+    let shutdown = CancellationToken::new();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(huge_body(50_000_000).as_bytes()).unwrap();
+    let wire = axum::body::Bytes::from(gz.finish().unwrap());
+    assert!(wire.len() < 1 << 20, "{} bytes on the wire", wire.len());
+    let app = Router::new().route(
+        "/metrics",
+        get(move || async move { ([("content-encoding", "gzip"), ("content-type", "text/plain")], wire.clone()) }),
+    );
+    let base = serve(app, &shutdown).await;
+    let mut s = scraper(vec![format!("{base}/metrics")]);
+    let got = s.poll(SystemTime::now()).await;
+    assert!(got.is_err(), "the only target failed");
+    let kinds: Vec<_> = s.errors.keys().map(|(_, k)| *k).collect();
+    assert_eq!(kinds, [foresight::sources::scrape::TargetError::TooLarge]);
+    shutdown.cancel();
 }
 
 /// The Prometheus source under the same rule: a fake Prometheus answers

@@ -45,12 +45,16 @@ pub(crate) async fn run(workload: Arc<Workload>, sinks: Sinks, shutdown: Cancell
         SourceConfig::Simulated(c) => simulated(&workload, c, &sinks, &shutdown).await,
         // Collectors::apply runs Prometheus workloads in batches, never here.
         SourceConfig::Prometheus(c) => {
-            super::prom_poll::run(vec![workload.clone()], c.shared(), sinks, shutdown).await;
+            super::prom_poll::run(vec![workload.clone()], c.shared(), sinks.clone(), shutdown.clone()).await;
             Ok(())
         }
     };
     if let Err(e) = result {
         warn!(workload = %workload.key(), error = %e, "collector stopped; its signals will go stale");
+        // Nothing more will load: the workload stops waiting for it (and has no reading, so no answer).
+        if !shutdown.is_cancelled() {
+            sinks.health.update(&workload.key(), |h| h.first_poll_done = true);
+        }
     }
 }
 
@@ -97,6 +101,8 @@ async fn scrape_loop(
                 if let Some(held) = failing.allow(Instant::now()) {
                     warn!(workload = %key, error = %e, held_back = held, "poll failed");
                 }
+                // No values this poll, so none invalid: the failure is the reason now.
+                sinks.health.update(&key, |h| h.invalid.clear());
             }
         }
         // After the readings are in the store, so the control loop's first decision sees them.

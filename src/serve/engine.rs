@@ -21,16 +21,18 @@ use tracing::{debug, info, warn};
 
 use super::{
     decide::{blind_decision, decide, reactive_decision, unix},
-    outcome::{NoDecision, Warmup},
+    outcome::NoDecision,
     refit::{key_grid, settle_secs, ForecastView, Refitter},
     spare::{self, PoolSpare},
     state::{PoolState, Registry, SignalReading, WorkloadState},
+    timeline::{role_timeline, timeline},
+    warmup::{self, Step, Warming},
 };
 use crate::{
     capacity::{self, Demand, Plan, PlanInput, Pool, Reservation},
     cluster::ClusterView,
     config::{ForecastSettings, Settings, SizingSettings},
-    sizing::{learned::Estimator, predictive::Stabiliser, reactive::Decision, Policy},
+    sizing::{learned::Estimator, predictive::Stabiliser, Policy},
     sources::{health::SourceHealth, Signal},
     store::Store,
     workload::Workload,
@@ -62,13 +64,6 @@ struct Slot {
     warmup: Option<Warming>,
 }
 
-/// A workload's start-up: the source's first poll, then the first forecast on that history.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Warming {
-    History,
-    FirstForecast { since: SystemTime },
-}
-
 /// The control loop's state.
 pub struct Engine {
     slots: Vec<Slot>,
@@ -90,6 +85,10 @@ pub struct Engine {
     /// first forecast fitted on it. Without collectors (tests, tools) the
     /// store's history is taken as loaded.
     warm_up: bool,
+    /// Every workload has warmed up and been decided once since start. From
+    /// then on the replica stays ready: a workload a reload adds declines on
+    /// its own while it warms up, and the node plan includes what it has.
+    started: bool,
 }
 
 /// vLLM's `request_queue_time_seconds` buckets start at 0.3 s. With every
@@ -125,6 +124,7 @@ impl Engine {
             cluster: None,
             health: Arc::default(),
             warm_up: false,
+            started: false,
         };
         engine.reconfigure(settings);
         engine
@@ -205,23 +205,25 @@ impl Engine {
     /// first poll is done), then its first forecast in, or waited for long enough.
     fn warm_up(&mut self, now: SystemTime) {
         let (bound, forecasting) = (self.forecast.first_fit_wait, self.forecast.enabled);
-        for slot in &mut self.slots {
+        for slot in self.slots.iter_mut().filter(|s| s.warmup.is_some()) {
             if !self.warm_up {
                 slot.warmup = None;
                 continue;
             }
             let key = slot.workload.key();
-            match slot.warmup {
-                Some(Warming::History) if self.health.get(&key).is_some_and(|h| h.first_poll_done) => {
-                    // The first refit is queued this tick, on the history just loaded.
+            let loaded = self.health.get(&key).is_some_and(|h| h.first_poll_done);
+            let (next, step) = warmup::advance(slot.warmup, loaded, forecasting, bound, now);
+            slot.warmup = next;
+            match step {
+                // The first refits are queued this tick, on the history just loaded.
+                Step::Loaded => {
                     slot.refit_due = None;
-                    slot.warmup = (forecasting && !bound.is_zero()).then_some(Warming::FirstForecast { since: now });
+                    slot.spare_due = None;
                 }
-                Some(Warming::FirstForecast { since }) if now.duration_since(since).unwrap_or_default() >= bound => {
-                    info!(workload = %key, waited_secs = bound.as_secs_f64(), "first forecast not in yet; answering reactively until it lands");
-                    slot.warmup = None;
+                Step::TimedOut => {
+                    info!(workload = %key, waited_secs = bound.as_secs_f64(), "first forecast not in yet; answering reactively until it lands")
                 }
-                _ => {}
+                Step::Wait => {}
             }
         }
     }
@@ -269,17 +271,11 @@ impl Engine {
             };
             let past = super::lookback::past_readings(&self.store, w, now, self.sizing.scale_down_stabilization);
             let mut forecast_only = false;
-            let warming = slot.warmup.map(|warming| match warming {
-                Warming::History => Warmup::History,
-                Warming::FirstForecast { since } => Warmup::FirstForecast {
-                    waited_secs: now.duration_since(since).unwrap_or_default().as_secs_f64(),
-                    bound_secs: self.forecast.first_fit_wait.as_secs_f64(),
-                },
-            });
-            let decided = match slot.state.signals.get(&w.target.signal) {
-                _ if warming.is_some() => Err(NoDecision::WarmingUp(warming.unwrap_or(Warmup::History))),
-                None => Err(NoDecision::NoReading { signal: w.target.signal, cause: cause() }),
-                Some(r) if r.age_secs > w.stale_after.as_secs_f64() => {
+            let warming = slot.warmup.map(|s| warmup::reason(s, self.forecast.first_fit_wait, now));
+            let decided = match (slot.state.signals.get(&w.target.signal), warming) {
+                (_, Some(why)) => Err(NoDecision::WarmingUp(why)),
+                (None, None) => Err(NoDecision::NoReading { signal: w.target.signal, cause: cause() }),
+                (Some(r), None) if r.age_secs > w.stale_after.as_secs_f64() => {
                     match blind_decision(w, &slot.state, r.age_secs, &self.sizing, &past, now) {
                         Ok(d) => {
                             forecast_only = true;
@@ -294,7 +290,7 @@ impl Engine {
                         }),
                     }
                 }
-                Some(r) => {
+                (Some(r), None) => {
                     let budget = w.profile.wait_budget_secs().max(QUEUE_TIME_FIRST_BUCKET_SECS);
                     let headroom = slot.headroom.factor(&self.store, w, now, settle_secs(w), |p99| p99 > budget);
                     decide(w, &slot.state, r.value, &self.sizing, &past, headroom, now)
@@ -353,7 +349,12 @@ impl Engine {
                 }
                 Err(why) => {
                     if !slot.state.error.as_ref().is_some_and(|was| was.same_kind(&why)) {
-                        warn!(workload = %key, reason = %why, "no decision; the scaler answers UNAVAILABLE so KEDA's fallback applies");
+                        if matches!(why, NoDecision::WarmingUp(_)) {
+                            // Expected at every start: not a warning.
+                            info!(workload = %key, reason = %why, "no answer yet; the scaler answers UNAVAILABLE");
+                        } else {
+                            warn!(workload = %key, reason = %why, "no decision; the scaler answers UNAVAILABLE so KEDA's fallback applies");
+                        }
                     }
                     // No answer beats an old one presented as current.
                     slot.state.decision = None;
@@ -361,16 +362,20 @@ impl Engine {
                 }
             }
         }
+        self.started |= self.slots.iter().all(|s| s.warmup.is_none() && s.state.decided_at.is_some());
         let view = self.cluster_view();
         let plan = self.plan(now, view.as_deref());
         let spare = self.spare(now, view.as_deref());
         self.publish(plan, spare, view);
     }
 
-    /// The node plan for every workload's replica timeline (none without pools).
+    /// The node plan for every workload's replica timeline (none without
+    /// pools, and none before start-up has warmed every workload up: a plan
+    /// that counts a warming workload as zero replicas is not the one a
+    /// replica running longer has, so pool targets decline until then).
     fn plan(&mut self, now: SystemTime, view: Option<&ClusterView>) -> Option<Arc<Plan>> {
         let pools = view.map_or(self.pools.as_slice(), |v| v.pools.as_slice());
-        if pools.is_empty() {
+        if pools.is_empty() || (self.warm_up && !self.started) {
             return None;
         }
         let now_unix = unix(now) as i64;
@@ -454,6 +459,12 @@ impl Engine {
                 continue;
             };
             slot.refit_pending.retain(|id| *id != done.id);
+            // The first forecasts on the loaded history (the target's, and a role workload's demand
+            // parts), or why there are none: either way the answer is now the one a replica that
+            // started earlier gives.
+            if slot.refit_pending.is_empty() && matches!(slot.warmup, Some(Warming::FirstForecast { .. })) {
+                slot.warmup = None;
+            }
             if !slot.workload.roles.is_empty() && ROLE_SIGNALS.contains(&done.signal) {
                 // A demand part that failed to fit leaves that part to its live reading.
                 match &done.outcome {
@@ -463,11 +474,6 @@ impl Engine {
             }
             if done.signal != slot.workload.target.signal {
                 continue;
-            }
-            // The first forecast on the loaded history, or why there is none: either way the
-            // answer is now the one a replica that started earlier gives.
-            if matches!(slot.warmup, Some(Warming::FirstForecast { .. })) {
-                slot.warmup = None;
             }
             let interval = self.forecast.refit_interval;
             match done.outcome {
@@ -510,9 +516,11 @@ impl Engine {
                 signals.extend(ROLE_SIGNALS.iter().filter(|s| w.signals.contains(s) && **s != w.target.signal));
             }
             let at = key_grid(now, self.forecast.refit_interval, &w.key());
+            // When it became due, for the refit-lag metric: as planned, or now for a first fit.
+            let due = slot.refit_due.unwrap_or(now);
             for signal in signals {
                 self.next_job += 1;
-                self.refitter.submit(self.next_job, w, signal, at, &self.forecast);
+                self.refitter.submit(self.next_job, w, signal, at, due, &self.forecast);
                 slot.refit_pending.push(self.next_job);
             }
         }
@@ -525,16 +533,17 @@ impl Engine {
             return;
         }
         let every = self.forecast.refit_interval.max(std::time::Duration::from_secs(SPARE_REFIT_SECS));
-        for slot in
-            self.slots.iter_mut().filter(|s| s.spare_pending.is_none() && s.spare_due.is_none_or(|due| now >= due))
-        {
+        for slot in self.slots.iter_mut().filter(|s| {
+            s.spare_pending.is_none() && s.spare_due.is_none_or(|due| now >= due) && s.warmup != Some(Warming::History)
+        }) {
             self.next_job += 1;
             let lead = longest as f64 + every.as_secs_f64();
             let at = key_grid(now, every, &slot.workload.key());
-            self.refitter.submit_spare(self.next_job, &slot.workload, at, &self.forecast, lead);
+            let due = slot.spare_due.unwrap_or(now);
+            self.refitter.submit_spare(self.next_job, &slot.workload, at, due, &self.forecast, lead);
             slot.spare_pending = Some(self.next_job);
             slot.spare_due = Some(at + every);
-            slot.spare_floor = seasonal_peak(&self.store, &slot.workload, at, lead);
+            slot.spare_floor = spare::seasonal_peak(&self.store, &slot.workload, at, lead);
         }
     }
 
@@ -555,7 +564,7 @@ impl Engine {
     }
 
     fn publish(&self, plan: Option<Arc<Plan>>, spare: Option<Vec<PoolSpare>>, view: Option<Arc<ClusterView>>) {
-        let ready = self.slots.iter().all(|s| s.warmup.is_none() && s.state.decided_at.is_some());
+        let ready = self.started;
         let pools = view
             .as_ref()
             .map_or(self.pools.as_slice(), |v| v.pools.as_slice())
@@ -605,39 +614,6 @@ impl Engine {
     }
 }
 
-/// A decision's replicas at each `step` seconds from now.
-fn timeline(d: &Decision, step: i64) -> Vec<u32> {
-    match d.sizing.as_ref() {
-        Some(s) => resample(&s.timeline, s.step_secs, d.desired_replicas, step),
-        None => vec![d.desired_replicas],
-    }
-}
-
-/// A role decision's replicas at each `step` seconds from now.
-fn role_timeline(d: &crate::sizing::roles::RoleDecision, step: i64) -> Vec<u32> {
-    resample(&d.timeline, d.step_secs, d.desired_replicas, step)
-}
-
-/// `timeline` (one value per `every` seconds) at `step` seconds: the highest
-/// within each step, and never below `desired` at the first.
-fn resample(timeline: &[u32], every: f64, desired: u32, step: i64) -> Vec<u32> {
-    if timeline.is_empty() {
-        return vec![desired];
-    }
-    let per = (step as f64 / every.max(1e-9)).max(1.0);
-    let len = timeline.len();
-    let n = ((len as f64 / per).ceil() as usize).max(1);
-    let mut out: Vec<u32> = (0..n)
-        .map(|j| {
-            let lo = ((j as f64 * per) as usize).min(len - 1);
-            let hi = (((j + 1) as f64 * per) as usize).clamp(lo + 1, len);
-            timeline[lo..hi].iter().copied().max().unwrap_or(0)
-        })
-        .collect();
-    out[0] = out[0].max(desired);
-    out
-}
-
 /// Did the replicas meet their SLO, for learning capacity: `Some(false)`
 /// when the queue wait missed or the p90 inter-token latency is past the
 /// profile's `slo.itl_secs`; `Some(true)` only when the wait held and, if the
@@ -655,19 +631,6 @@ fn slo_held(w: &Workload, wait_late: bool, itl_p90: Option<f64>) -> Option<bool>
     }
 }
 
-/// The highest stored reading of `w`'s target over [now, now + `secs`] a day
-/// and a week earlier. The spare plan sizes a lease of hours for it too: the
-/// fleet is sized minute by minute, and a forecast's quantile at one step
-/// does not promise that no minute of the lease peaks above it.
-fn seasonal_peak(store: &Store, w: &Workload, now: SystemTime, secs: f64) -> Option<f64> {
-    let series = series(&w.key(), w.target.signal);
-    [86_400u64, 7 * 86_400]
-        .iter()
-        .filter_map(|back| {
-            let from = now.checked_sub(std::time::Duration::from_secs(*back))?;
-            let to = from + std::time::Duration::from_secs_f64(secs);
-            store.range(&series, from, to).ok()
-        })
-        .flat_map(|h| h.values.into_iter().filter(|v| v.is_finite()))
-        .reduce(f64::max)
-}
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

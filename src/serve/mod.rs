@@ -5,7 +5,8 @@
 //! lock-free registry the scaler and the HTTP API read ([`state`]). Why a
 //! tick has no decision, or no usable forecast, is typed in [`outcome`].
 //! Workloads with prefill/decode roles get a decision per role ([`roles`]);
-//! pools get a spare-capacity forecast for batch work ([`spare`]).
+//! pools get a spare-capacity forecast for batch work ([`spare`]). A workload
+//! answers only once it has warmed up after start ([`warmup`]).
 
 pub mod collector;
 mod decide;
@@ -17,3 +18,5 @@ pub(crate) mod refit;
 pub mod roles;
 pub mod spare;
 pub mod state;
+mod timeline;
+mod warmup;

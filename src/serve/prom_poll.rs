@@ -247,6 +247,9 @@ struct BatchState {
     instant_failing: Throttle,
     /// Invalid instant readings, logged at most once a minute per batch.
     invalid_log: Throttle,
+    /// A poll has read this batch's history through its last complete bucket
+    /// and its instant reading: its members' history is loaded.
+    loaded: bool,
 }
 
 /// Poll `batch` for grid point `g`: history since each member's next bucket
@@ -260,6 +263,7 @@ async fn poll_batch(ctx: Arc<Ctx>, batch: Arc<Batch>, mut st: BatchState, g: f64
     let pos: HashMap<usize, usize> = batch.members.iter().enumerate().map(|(p, i)| (*i, p)).collect();
     let per_chunk = (MAX_POINTS_PER_RESPONSE / batch.members.len().max(1)).clamp(1, ctx.cfg.max_points_per_query);
     let mut written = 0usize;
+    let mut range_ok = true;
     for (a, b) in chunks(from, last_complete, per_chunk) {
         match range(&ctx, &batch, &batch.members, a, b).await {
             Ok(mut answers) => {
@@ -309,6 +313,7 @@ async fn poll_batch(ctx: Arc<Ctx>, batch: Arc<Batch>, mut st: BatchState, g: f64
                         Err(e) => Some(format!("the backfill task failed: {e}")),
                     } {
                         warn!(signal = %batch.signal, workloads = batch.members.len(), error = %e, "writing history failed");
+                        range_ok = false;
                         break;
                     }
                 }
@@ -324,6 +329,7 @@ async fn poll_batch(ctx: Arc<Ctx>, batch: Arc<Batch>, mut st: BatchState, g: f64
                 if let Some(held) = st.range_failing.allow(Instant::now()) {
                     warn!(signal = %batch.signal, workloads = batch.members.len(), first = %ctx.members[batch.members[0]].key, error = %e, held_back = held, "query_range failed");
                 }
+                range_ok = false;
                 break;
             }
         }
@@ -350,11 +356,14 @@ async fn poll_batch(ctx: Arc<Ctx>, batch: Arc<Batch>, mut st: BatchState, g: f64
     let now = at_unix(g);
     match instant(&ctx, &batch, &batch.members, now).await {
         Ok(answers) => {
+            st.loaded |= range_ok;
             let got: HashMap<usize, f64> = answers.into_iter().collect();
             for (p, i) in batch.members.iter().enumerate() {
                 let v = got.get(i).copied();
                 let mut invalid = BTreeMap::new();
-                match v.map(|v| batch.signal.check(v)) {
+                // NaN is how PromQL says "nothing to divide" (a quantile or mean of an idle
+                // fleet): no value, as a scraped histogram with no observations has none.
+                match v.filter(|v| !v.is_nan()).map(|v| batch.signal.check(v)) {
                     Some(Ok(v)) => store.set_latest(&names[p], now, v),
                     Some(Err(why)) => {
                         invalid.insert(batch.signal, why);
@@ -374,6 +383,12 @@ async fn poll_batch(ctx: Arc<Ctx>, batch: Arc<Batch>, mut st: BatchState, g: f64
             }
             if let Some(held) = st.instant_failing.allow(Instant::now()) {
                 warn!(signal = %batch.signal, workloads = batch.members.len(), error = %e, held_back = held, "instant query failed");
+            }
+            // No values this poll, so none invalid: the failure is the reason now.
+            for i in &batch.members {
+                ctx.sinks.health.update(&ctx.members[*i].key, |h| {
+                    h.invalid.remove(&batch.signal);
+                });
             }
         }
     }
@@ -407,12 +422,21 @@ pub(crate) async fn run(
             range_failing: Throttle::new(WARN_EVERY),
             instant_failing: Throttle::new(WARN_EVERY),
             invalid_log: Throttle::new(WARN_EVERY),
+            loaded: false,
         }));
     }
     let ctx = Arc::new(Ctx { client: Client::new(&cfg), cfg: cfg.clone(), members, sinks, res });
     let batches: Vec<Arc<Batch>> = batches.into_iter().map(Arc::new).collect();
     let (interval, delay) = (cfg.interval_secs, cfg.query_delay_secs);
     let mut first = true;
+    let mut loaded = vec![false; ctx.members.len()];
+    // Each member's batches (one per signal it records).
+    let mut of_member: Vec<Vec<usize>> = vec![Vec::new(); ctx.members.len()];
+    for (k, b) in batches.iter().enumerate() {
+        for i in &b.members {
+            of_member[*i].push(k);
+        }
+    }
     let mut last_g = f64::NEG_INFINITY;
     loop {
         // The next grid point not yet polled, once `delay` has passed it.
@@ -453,12 +477,14 @@ pub(crate) async fn run(
                 range_failing: Throttle::new(WARN_EVERY),
                 instant_failing: Throttle::new(WARN_EVERY),
                 invalid_log: Throttle::new(WARN_EVERY),
+                loaded: false,
             });
         }
         crate::telemetry::prometheus_poll(t0.elapsed().as_secs_f64());
-        if first {
-            // History is in (or its backfill failed and is retried each poll): decisions may start.
-            for m in &ctx.members {
+        // A workload whose every batch has loaded its history may start deciding (the engine's warm-up).
+        for (i, m) in ctx.members.iter().enumerate() {
+            if !loaded[i] && of_member[i].iter().all(|k| states[*k].as_ref().is_some_and(|s| s.loaded)) {
+                loaded[i] = true;
                 ctx.sinks.health.update(&m.key, |h| h.first_poll_done = true);
             }
         }

@@ -81,8 +81,9 @@ struct Job {
     lead_secs: f64,
     /// The grid point the fit is for ([`grid`]): every replica fits the same instants.
     now: SystemTime,
-    /// When the fit became due: its grid point, or the process's start if
-    /// that is later (the first fits are for grid points already past).
+    /// When the fit became due in this process (the refit-lag metric counts
+    /// from it): its planned time, or when it was queued for a first fit,
+    /// whose grid point is already past.
     due: SystemTime,
     /// History newer than this before `now` is left out: a shared source may
     /// still revise it, so replicas fitting at different moments would read
@@ -106,9 +107,6 @@ pub(crate) struct Done {
 pub(crate) struct Refitter {
     queue: Arc<Queue>,
     done: mpsc::Receiver<Done>,
-    /// When this process's refitting began: a grid point before it was not
-    /// due here, so a fit's lag counts from it at the earliest.
-    started: SystemTime,
 }
 
 /// Jobs waiting for a worker. Workers stop once the `Refitter` is dropped.
@@ -210,7 +208,7 @@ impl Refitter {
             // Without a worker, submitted jobs never finish: forecasts stay absent, decisions stay reactive.
             warn!("no forecast worker started; forecasts are off");
         }
-        Refitter { queue, done, started: SystemTime::now() }
+        Refitter { queue, done }
     }
 
     /// Jobs waiting for a worker.
@@ -225,6 +223,7 @@ impl Refitter {
         w: &Workload,
         signal: Signal,
         now: SystemTime,
+        due: SystemTime,
         settings: &Arc<ForecastSettings>,
     ) {
         let lag_secs = settle_secs(w);
@@ -241,7 +240,7 @@ impl Refitter {
             // Until the next refit, [now, now + cold start] must stay covered, from the history's end on.
             lead_secs: cold_start + settings.refit_interval.as_secs_f64() + lag_secs,
             now,
-            due: now.max(self.started),
+            due,
             lag_secs,
             settings: settings.clone(),
         };
@@ -254,6 +253,7 @@ impl Refitter {
         id: u64,
         w: &Workload,
         now: SystemTime,
+        due: SystemTime,
         settings: &Arc<ForecastSettings>,
         lead_secs: f64,
     ) {
@@ -265,7 +265,7 @@ impl Refitter {
             spare: true,
             lead_secs: lead_secs + lag_secs,
             now,
-            due: now.max(self.started),
+            due,
             lag_secs,
             settings: settings.clone(),
         };

@@ -16,7 +16,8 @@ use crate::{
     capacity::{self, spare::Spare, Demand, PlanInput, Pool, Reservation},
     config::SizingSettings,
     sizing::predictive,
-    workload::Workload,
+    store::Store,
+    workload::{series, Workload},
 };
 
 /// One workload as the spare plan sees it.
@@ -114,4 +115,21 @@ fn timeline(
     let first = out.first_mut()?;
     *first = (*first).max(now);
     Some(out)
+}
+
+/// The highest stored reading of `w`'s target over [now, now + `secs`] a day
+/// and a week earlier. The spare plan sizes a lease of hours for it too: the
+/// fleet is sized minute by minute, and a forecast's quantile at one step
+/// does not promise that no minute of the lease peaks above it.
+pub(super) fn seasonal_peak(store: &Store, w: &Workload, now: std::time::SystemTime, secs: f64) -> Option<f64> {
+    let series = series(&w.key(), w.target.signal);
+    [86_400u64, 7 * 86_400]
+        .iter()
+        .filter_map(|back| {
+            let from = now.checked_sub(std::time::Duration::from_secs(*back))?;
+            let to = from + std::time::Duration::from_secs_f64(secs);
+            store.range(&series, from, to).ok()
+        })
+        .flat_map(|h| h.values.into_iter().filter(|v| v.is_finite()))
+        .reduce(f64::max)
 }

@@ -202,7 +202,8 @@ impl Server {
     /// `RUST_LOG`, so `("RUST_LOG", "...")` overrides the default filter).
     pub fn start_with_env(dir: &Path, yaml: &str, env: &[(&str, &str)]) -> Server {
         let server = Server::spawn(dir, yaml, env);
-        server.wait_ready(Duration::from_secs(30));
+        // Generous: a workload waits for its first forecast (up to forecast.first_fit_wait_secs) before it answers.
+        server.wait_ready(Duration::from_secs(120));
         server
     }
 

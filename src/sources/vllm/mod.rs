@@ -101,6 +101,10 @@ impl Histogram {
     fn total(&self) -> Option<f64> {
         self.count.or_else(|| self.le.last().map(|x| x.1))
     }
+
+    fn has_invalid(&self) -> bool {
+        self.le.iter().map(|x| x.1).chain(self.sum).chain(self.count).any(|v| !v.is_finite())
+    }
 }
 
 /// One target's metrics at one moment.
@@ -177,6 +181,12 @@ fn raw(v: f64) -> f64 {
     }
 }
 
+/// A `_created` time worth comparing; any other is as if absent (else a NaN
+/// would differ from itself and make every scrape look like a restart).
+fn valid_time(v: f64) -> bool {
+    v.is_finite() && v >= 0.0
+}
+
 /// `a - b` floored at zero, unless it is already invalid: a clamp must not
 /// turn a NaN or a -Inf into a plausible 0.
 fn minus_floored(a: f64, b: f64) -> f64 {
@@ -223,7 +233,7 @@ pub fn read(families: &[Family<'_>], at: SystemTime, model: Option<&str>) -> Res
         // A text body's `x_created` gauge, or an untyped `x_created` sample without a TYPE line.
         if let Some(c) = name.strip_suffix("_created").and_then(counter) {
             if f.kind == MetricType::Gauge || untyped {
-                for s in f.samples.iter().filter(|s| wanted(s)) {
+                for s in f.samples.iter().filter(|s| wanted(s) && valid_time(s.value)) {
                     created.insert((c, label_key(s, &[])), s.value);
                 }
             }
@@ -236,7 +246,9 @@ pub fn read(families: &[Family<'_>], at: SystemTime, model: Option<&str>) -> Res
             }
             for s in f.samples.iter().filter(|s| wanted(s)) {
                 if s.name.ends_with("_created") {
-                    created.insert((c, label_key(s, &[])), s.value);
+                    if valid_time(s.value) {
+                        created.insert((c, label_key(s, &[])), s.value);
+                    }
                 } else {
                     r.counters.insert((c, label_key(s, &[])), (raw(s.value), None));
                 }
@@ -373,7 +385,10 @@ impl Deriver {
                 add(&mut deferred, v);
             }
             if !r.is_asleep() {
-                kv.extend(&r.kv);
+                // Each pod's share checked on its own: a mean can hide one out of range.
+                kv.extend(
+                    r.kv.iter().map(|v| if *v > Signal::KvCacheUsage.plausible_max() { f64::INFINITY } else { *v }),
+                );
             }
             let Some(prev) = self.previous.get(target) else { continue };
             let dt = r.at.duration_since(prev.at).map(|d| d.as_secs_f64()).unwrap_or(0.0);
@@ -490,6 +505,13 @@ fn increases(prev: &Reading, r: &Reading, dt: f64, t: &mut Totals) {
             continue;
         }
         let before = prev.hists.get(&(*h, labels.clone()));
+        if before.is_some_and(Histogram::has_invalid) {
+            // After an invalid reading the increases are unknown, not a reset to zero.
+            t.buckets.entry(*h).or_default().insert(f64::INFINITY.to_bits(), f64::NAN);
+            let acc = t.sums.entry(*h).or_default();
+            *acc = (f64::NAN, f64::NAN);
+            continue;
+        }
         // A histogram whose count fell was reset: count it from zero.
         let reset = before.is_some_and(|b| b.total() > now.total());
         let before = if reset { None } else { before };

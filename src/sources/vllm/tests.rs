@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::sources::exposition::{parse, Format};
+use crate::sources::Invalid;
 use std::time::Duration;
 
 fn reading(text: &str, at: u64) -> Reading {
@@ -296,4 +297,29 @@ fn inter_token_latency_is_read_under_either_name_the_new_one_first() {
     assert!((both - 0.0225).abs() < 1e-9, "{both}");
     // No tokens since the last poll: missing, not zero.
     assert_eq!(p90(itl(new, 5, 5), itl(new, 5, 5)), None);
+}
+
+#[test]
+fn one_pods_kv_share_out_of_range_is_not_averaged_into_range() {
+    let kv = |v: &str| {
+        format!(
+            "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"m\"}} {v}\n"
+        )
+    };
+    let mut d = Deriver::default();
+    let sane = d.round(vec![("a".into(), reading(&kv("0.1"), 0)), ("b".into(), reading(&kv("0.5"), 0))]);
+    assert_eq!(sane.get(Signal::KvCacheUsage), Some(0.3));
+    // 1.8 and 0.1 average to 0.95, which would pass: each pod is checked on its own.
+    let bad = d.round(vec![("a".into(), reading(&kv("0.1"), 10)), ("b".into(), reading(&kv("1.8"), 10))]);
+    assert_eq!(bad.get(Signal::KvCacheUsage), None);
+    assert_eq!(bad.invalid().get(&Signal::KvCacheUsage), Some(&Invalid::Implausible));
+}
+
+#[test]
+fn a_nan_created_is_no_restart_and_gives_no_lifetime_rate() {
+    let mut d = Deriver::default();
+    d.round(vec![("a".into(), reading(&body(1_000_000, 0, 1, 0, f64::NAN), 0))]);
+    let r = d.round(vec![("a".into(), reading(&body(1_000_010, 0, 1, 0, f64::NAN), 10))]);
+    // 10 more requests in 10 s, not the counter's whole million.
+    assert_eq!(r.get(Signal::RequestRate), Some(1.0));
 }
