@@ -247,6 +247,10 @@ struct BatchState {
     instant_failing: Throttle,
     /// Invalid instant readings, logged at most once a minute per batch.
     invalid_log: Throttle,
+    /// Members (positions in the batch) whose last instant reading was
+    /// invalid: only they and new ones touch the source health, not every
+    /// member every poll.
+    invalid_at: std::collections::HashSet<usize>,
     /// A poll has read this batch's history through its last complete bucket
     /// and its instant reading: its members' history is loaded.
     loaded: bool,
@@ -370,8 +374,18 @@ async fn poll_batch(ctx: Arc<Ctx>, batch: Arc<Batch>, mut st: BatchState, g: f64
                     }
                     None => {}
                 }
-                let key = &ctx.members[*i].key;
-                note_invalid(&ctx.sinks.health, key, &[batch.signal], &invalid, &mut st.invalid_log);
+                if !invalid.is_empty() || st.invalid_at.remove(&p) {
+                    note_invalid(
+                        &ctx.sinks.health,
+                        &ctx.members[*i].key,
+                        &[batch.signal],
+                        &invalid,
+                        &mut st.invalid_log,
+                    );
+                }
+                if !invalid.is_empty() {
+                    st.invalid_at.insert(p);
+                }
                 // The query is only shown for a workload that matched nothing.
                 let query = if v.is_none() { ctx.query(&batch, &[*i]).0 } else { String::new() };
                 note_empty(&ctx.sinks.health, &ctx.members[*i].key, batch.signal, &query, v.is_none(), now);
@@ -385,8 +399,8 @@ async fn poll_batch(ctx: Arc<Ctx>, batch: Arc<Batch>, mut st: BatchState, g: f64
                 warn!(signal = %batch.signal, workloads = batch.members.len(), error = %e, held_back = held, "instant query failed");
             }
             // No values this poll, so none invalid: the failure is the reason now.
-            for i in &batch.members {
-                ctx.sinks.health.update(&ctx.members[*i].key, |h| {
+            for p in st.invalid_at.drain() {
+                ctx.sinks.health.update(&ctx.members[batch.members[p]].key, |h| {
                     h.invalid.remove(&batch.signal);
                 });
             }
@@ -422,6 +436,7 @@ pub(crate) async fn run(
             range_failing: Throttle::new(WARN_EVERY),
             instant_failing: Throttle::new(WARN_EVERY),
             invalid_log: Throttle::new(WARN_EVERY),
+            invalid_at: Default::default(),
             loaded: false,
         }));
     }
@@ -477,6 +492,7 @@ pub(crate) async fn run(
                 range_failing: Throttle::new(WARN_EVERY),
                 instant_failing: Throttle::new(WARN_EVERY),
                 invalid_log: Throttle::new(WARN_EVERY),
+                invalid_at: Default::default(),
                 loaded: false,
             });
         }
