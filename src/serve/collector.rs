@@ -81,32 +81,33 @@ async fn scrape_loop(
         // Pods answering and awake are the replicas running, for the replicas panel; not history.
         let round = &scraper.last_round;
         store.set_latest(&pods_series(&key), now, round.serving() as f64);
-        sinks.health.update(&key, |h| {
-            h.targets = Some(round.targets as u32);
-            h.answered = Some(round.answered as u32);
-            h.asleep = Some(round.asleep as u32);
-            h.failures = round.failures.iter().map(|(k, n)| (k.as_str().to_string(), *n as u32)).collect();
-        });
-        match polled {
+        // No values on a failed poll, so none invalid: the failure is the reason then.
+        let invalid = match polled {
             Ok(signals) => {
                 for s in &w.signals {
                     if let Some(v) = signals.get(*s) {
                         store.record(&series(&key, *s), now, v);
                     }
                 }
-                note_invalid(&sinks.health, &key, &w.signals, signals.invalid(), &mut invalid_log);
+                report_invalid(&key, &w.signals, signals.invalid(), &mut invalid_log)
             }
             Err(e) => {
                 crate::telemetry::source_error(&key);
                 if let Some(held) = failing.allow(Instant::now()) {
                     warn!(workload = %key, error = %e, held_back = held, "poll failed");
                 }
-                // No values this poll, so none invalid: the failure is the reason now.
-                sinks.health.update(&key, |h| h.invalid.clear());
+                Vec::new()
             }
-        }
-        // After the readings are in the store, so the control loop's first decision sees them.
-        sinks.health.update(&key, |h| h.first_poll_done = true);
+        };
+        // One update a poll, after the readings are in the store, so the control loop's first decision sees them.
+        sinks.health.update(&key, |h| {
+            h.targets = Some(round.targets as u32);
+            h.answered = Some(round.answered as u32);
+            h.asleep = Some(round.asleep as u32);
+            h.failures = round.failures.iter().map(|(k, n)| (k.as_str().to_string(), *n as u32)).collect();
+            h.invalid = invalid.into_iter().collect();
+            h.first_poll_done = true;
+        });
     }
 }
 
@@ -178,6 +179,20 @@ pub(super) fn note_invalid(
     invalid: &BTreeMap<Signal, Invalid>,
     log: &mut Throttle,
 ) {
+    let invalid = report_invalid(key, polled, invalid, log);
+    health.update(key, |h| {
+        h.invalid.retain(|s, _| !polled.contains(s));
+        h.invalid.extend(invalid);
+    });
+}
+
+/// The counting and logging of [`note_invalid`]: which of `polled` failed, and why.
+fn report_invalid(
+    key: &str,
+    polled: &[Signal],
+    invalid: &BTreeMap<Signal, Invalid>,
+    log: &mut Throttle,
+) -> Vec<(Signal, Invalid)> {
     let invalid: Vec<(Signal, Invalid)> =
         invalid.iter().filter(|(s, _)| polled.contains(s)).map(|(s, why)| (*s, *why)).collect();
     for (s, why) in &invalid {
@@ -189,10 +204,7 @@ pub(super) fn note_invalid(
             warn!(workload = %key, invalid = %each.join(", "), held_back = held, "readings failed the validity rule; kept as gaps");
         }
     }
-    health.update(key, |h| {
-        h.invalid.retain(|s, _| !polled.contains(s));
-        h.invalid.extend(invalid);
-    });
+    invalid
 }
 
 /// Record whether `signal`'s instant query matched no series this poll: a

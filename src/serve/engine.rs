@@ -84,7 +84,7 @@ pub struct Engine {
     /// each workload then answers only once its history is loaded and its
     /// first forecast fitted on it. Without collectors (tests, tools) the
     /// store's history is taken as loaded.
-    warm_up: bool,
+    awaits_sources: bool,
     /// Every workload has warmed up and been decided once since start. From
     /// then on the replica stays ready: a workload a reload adds declines on
     /// its own while it warms up, and the node plan includes what it has.
@@ -123,7 +123,7 @@ impl Engine {
             next_job: 0,
             cluster: None,
             health: Arc::default(),
-            warm_up: false,
+            awaits_sources: false,
             started: false,
         };
         engine.reconfigure(settings);
@@ -140,7 +140,7 @@ impl Engine {
     /// Each workload waits for its collector's first poll, then for its first forecast (see [`Warmup`]).
     pub(crate) fn with_source_health(mut self, health: Arc<SourceHealth>) -> Self {
         self.health = health;
-        self.warm_up = true;
+        self.awaits_sources = true;
         self
     }
 
@@ -206,7 +206,7 @@ impl Engine {
     fn warm_up(&mut self, now: SystemTime) {
         let (bound, forecasting) = (self.forecast.first_fit_wait, self.forecast.enabled);
         for slot in self.slots.iter_mut().filter(|s| s.warmup.is_some()) {
-            if !self.warm_up {
+            if !self.awaits_sources {
                 slot.warmup = None;
                 continue;
             }
@@ -375,7 +375,7 @@ impl Engine {
     /// replica running longer has, so pool targets decline until then).
     fn plan(&mut self, now: SystemTime, view: Option<&ClusterView>) -> Option<Arc<Plan>> {
         let pools = view.map_or(self.pools.as_slice(), |v| v.pools.as_slice());
-        if pools.is_empty() || (self.warm_up && !self.started) {
+        if pools.is_empty() || (self.awaits_sources && !self.started) {
             return None;
         }
         let now_unix = unix(now) as i64;
