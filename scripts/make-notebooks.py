@@ -62,48 +62,64 @@ fig.tight_layout()'''),
 POLICIES = [
     ("md", """# Scaling policies compared: cost against SLO
 
-Reads what `foresight simulate --out DIR` wrote for each trace (`DIR/summary.json`,
-`DIR/timeline.csv`): static at peak, reactive (KEDA threshold through the HPA),
-Foresight's predictive sizing and the oracle with perfect foresight, replayed
-on the same arrivals. `scripts/notebooks` makes the data."""),
+Reads what `foresight simulate --out DIR` wrote for each trace and pod start
+(`DIR/summary.json`, `DIR/timeline.csv`): static fleets sized on the warm-up,
+reactive KEDA thresholds under several HPA behaviours, Foresight's own engine
+(predictive) at several quantiles, the arrival-blind yardstick at several
+headrooms, and the oracle, replayed on the same arrivals under one replica
+cap. `scripts/frontiers` makes the data (`scripts/notebooks` runs it)."""),
     ("code", COMMON),
     ("code", '''runs = sorted(p.parent for p in (DATA / "simulate").glob("*/summary.json"))
 assert runs, f"no simulator output under {DATA / 'simulate'}: run scripts/notebooks first"
 summaries = {r.name: json.loads((r / "summary.json").read_text()) for r in runs}
 for name, s in summaries.items():
     oracle = next((r["gpu_hours"] for r in s["reports"] if r["policy"] == "oracle"), None)
-    print(f"\\n{name} ({s['trace']}), {s['reports'][0]['minutes'] / 1440:.1f} days")
-    print(f"{'policy':<28}{'GPU-h':>9}{'x oracle':>9}{'SLO met':>9}{'min met':>9}{'viol min':>9}{'cold st':>8}")
+    print(f"\\n{name} ({s['trace']}), {s['reports'][0]['minutes'] / 1440:.1f} days, cap {s['max_replicas']}")
+    print(f"{'policy':<42}{'GPU-h':>9}{'x oracle':>9}{'min met':>9}{'req met':>9}{'dropped':>10}")
     for r in s["reports"]:
         x = f"{r['gpu_hours'] / oracle:.2f}" if oracle else "-"
-        met = 100 * (1 - r["violation_minutes"] / r["minutes"])
-        print(f"{r['policy']:<28}{r['gpu_hours']:>9.0f}{x:>9}{100 * r['slo_attainment']:>8.2f}%"
-              f"{met:>8.2f}%{r['violation_minutes']:>9}{r['cold_starts']:>8}")'''),
-    ("code", '''# The frontier, one panel per trace: GPU-hours (relative to the oracle) against the share of
-# minutes meeting the SLO (99% of a minute's requests within the TTFT target). Up and left is
-# better; the dotted lines are the goal (>= 99% of minutes at <= 1.15x the oracle).
-fig, axes = plt.subplots(1, len(summaries), figsize=(5.5 * len(summaries), 4), squeeze=False)
-colours = {"static": "tab:grey", "reactive": "tab:red", "predictive": "tab:blue", "oracle": "tab:green"}
-markers = {"static": "s", "reactive": "^", "predictive": "o", "oracle": "*"}
-for ax, (name, s) in zip(axes[0], summaries.items()):
+        print(f"{r['policy']:<42}{r['gpu_hours']:>9.0f}{x:>9}{100 * r['minutes_met']:>8.2f}%"
+              f"{100 * r['slo_attainment']:>8.2f}%{r['dropped']:>10.0f}")
+    for j in s["reading"]["predictive"]:
+        sv = j["saving_vs_reactive"]
+        print(f"  {j['policy']}: saves {'-' if sv is None else f'{100 * sv:+.1f}%'} against the reactive frontier")'''),
+    ("code", '''# The frontiers, one panel per trace and pod start: GPU-hours (relative to the oracle) against
+# the share of minutes meeting the SLO (99% of a minute's requests within the TTFT target).
+# Each family's points are joined along its frontier (the cheapest run reaching each SLO).
+cols = 2
+rows_ = (len(summaries) + cols - 1) // cols
+fig, axes = plt.subplots(rows_, cols, figsize=(7 * cols, 4.2 * rows_), squeeze=False)
+colours = {"static": "tab:grey", "reactive": "tab:red", "predictive": "tab:blue",
+           "yardstick": "tab:purple", "oracle": "tab:green"}
+markers = {"static": "s", "reactive": "^", "predictive": "o", "yardstick": "D", "oracle": "*"}
+for ax, (name, s) in zip(axes.flat, summaries.items()):
     oracle = next(r["gpu_hours"] for r in s["reports"] if r["policy"] == "oracle")
-    for r in s["reports"]:
-        kind = r["policy"].split("(")[0]
-        x, y = r["gpu_hours"] / oracle, 100 * (1 - r["violation_minutes"] / r["minutes"])
-        ax.scatter(x, y, marker=markers.get(kind, "x"), color=colours.get(kind, "black"), s=70)
-        ax.annotate(r["policy"].replace("concurrency", "c"), (x, y), fontsize=7,
-                    xytext=(4, -10 if kind == "reactive" else 4), textcoords="offset points")
-    ax.axhline(99, ls=":", color="black", lw=0.8); ax.axvline(1.15, ls=":", color="black", lw=0.8)
+    for kind in colours:
+        pts = sorted((100 * r["minutes_met"], r["gpu_hours"] / oracle) for r in s["reports"]
+                     if r["policy"].split("(")[0] == kind)
+        if not pts:
+            continue
+        ax.scatter([p[1] for p in pts], [p[0] for p in pts], marker=markers[kind], color=colours[kind],
+                   s=50, label=kind)
+        edge, best = [], float("inf")
+        for m, g in sorted(pts, key=lambda p: -p[0]):
+            if g < best:
+                edge.append((m, g)); best = g
+        ax.plot([p[1] for p in edge], [p[0] for p in edge], color=colours[kind], lw=1)
+    ax.set_ylim(max(90, ax.get_ylim()[0]), 100.2)
     ax.set_title(name); ax.set_xlabel("GPU-hours / oracle"); ax.set_ylabel("minutes meeting the SLO (%)")
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3); ax.legend(fontsize=7, loc="lower right")
+for ax in list(axes.flat)[len(summaries):]:
+    ax.axis("off")
 fig.tight_layout()'''),
-    ("code", '''# Replicas over time against demand, per trace (first two days of the window).
-for name in summaries:
+    ("code", '''# Replicas over time against demand (first two days), oracle, best reactive and predictive p90.
+for name, s in summaries.items():
     rows = list(csv.DictReader(open(DATA / "simulate" / name / "timeline.csv")))
-    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    keep = {"oracle", "predictive(p90, learned capacity)", "reactive(concurrency>32, down 300s)"}
+    policies = [p for p in dict.fromkeys(r["policy"] for r in rows) if p in keep]
     fig, ax = plt.subplots(figsize=(12, 3.5))
     ax2 = ax.twinx()
-    first = [r for r in rows if r["policy"] == policies[0]][: 2 * 1440]
+    first = [r for r in rows if r["policy"] == "oracle"][: 2 * 1440]
     ax2.plot([int(r["minute"]) / 60 for r in first], [float(r["demand_rps"]) for r in first],
              color="lightgrey", lw=0.8, label="demand (req/s)")
     for p in policies:

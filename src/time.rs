@@ -5,6 +5,11 @@ use std::time::SystemTime;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
+/// Unix seconds of `t` (0 before the epoch).
+pub(crate) fn unix(t: SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// RFC 3339 in UTC with millisecond precision, e.g. `2026-12-02T13:25:38.123Z`.
 pub fn rfc3339(t: SystemTime) -> String {
     DateTime::<Utc>::from(t).to_rfc3339_opts(SecondsFormat::Millis, true)

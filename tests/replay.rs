@@ -2,14 +2,49 @@
 //! the command a user runs.
 
 use crate::common;
+use serde::Deserialize;
 
 use foresight::{
     replay::{
-        policy::{Fixed, Policy, Predictive, PredictiveConfig, Reactive, ReactiveSignal, Static},
+        policy::{Fixed, Policy, Reactive, ReactiveSignal, Static},
+        shipped::{settings, SettingsInput, Shipped},
         simulate, Capacity, Demand, Oracle, Pool, Run, SimConfig, Synthetic, TokenMix,
     },
     sizing::profile::Profile,
+    sources::Signal,
 };
+
+/// Foresight as it ships (default settings, the concurrency target), told
+/// `p`, having seen `history` (one rate per minute) before `demand`.
+fn shipped(p: &Profile, cap: &Capacity, demand: &Demand, history: &[f64]) -> Shipped {
+    let start = demand.start - 60 * history.len() as i64;
+    let s = settings(
+        None,
+        &SettingsInput {
+            workload: None,
+            told: p,
+            profile_given: true,
+            target: Signal::Concurrency,
+            max_replicas: 200,
+            quantile: 0.9,
+            learn_capacity: None,
+            spare_horizon_secs: None,
+            pool: &pool(p_boot(p)),
+            until: demand.start + 60 * demand.minutes() as i64,
+            from: start,
+        },
+    )
+    .unwrap();
+    Shipped::new("predictive(p90)".into(), &s, history, start, cap).unwrap()
+}
+
+fn p_boot(p: &Profile) -> f64 {
+    serde_json::to_value(p).unwrap()["cold_start_secs"]["node_boot"].as_f64().unwrap()
+}
+
+fn keda(signal: ReactiveSignal, cap: &Capacity) -> Reactive {
+    Reactive { signal, cap: cap.clone(), down_secs: 300.0 }
+}
 
 /// The 8B profile with a chosen cold start (node boot, then pod start).
 fn profile(node_boot: f64, pod_start: f64) -> Profile {
@@ -45,7 +80,7 @@ fn synthetic(days: f64, bursts: f64) -> Demand {
 fn run(demand: &Demand, cold: (f64, f64), cfg: &SimConfig, policy: &mut dyn Policy) -> Run {
     let (p, pl) = (profile(cold.0, cold.1), pool(cold.0));
     let cap = Capacity::new(&p, demand.mix, &pl).unwrap();
-    simulate(demand, &[], &cap, &pl, cfg, policy, &mut |_| {}).unwrap()
+    simulate(demand, &cap, &pl, cfg, policy, &mut |_| {}).unwrap()
 }
 
 #[test]
@@ -56,8 +91,7 @@ fn the_oracle_meets_every_minute_for_no_more_than_a_rule_that_also_does() {
     let demand = synthetic(1.0, 4.0);
     let cfg = SimConfig { poisson: false, poll_secs: 1.0, rate_window_secs: 1.0, hpa: None, ..SimConfig::default() };
     let cap = Capacity::new(&profile(0.0, 0.0), demand.mix, &pool(0.0)).unwrap();
-    let reactive =
-        run(&demand, (0.0, 0.0), &cfg, &mut Reactive { signal: ReactiveSignal::RequestRate, cap: cap.clone() });
+    let reactive = run(&demand, (0.0, 0.0), &cfg, &mut keda(ReactiveSignal::RequestRate, &cap));
     let oracle = run(&demand, (0.0, 0.0), &cfg, &mut Oracle::new(&demand, &cap, &cfg, 0.0));
     assert!(reactive.report.slo_attainment > 0.999, "{:?}", reactive.report);
     assert_eq!(oracle.report.violation_minutes, 0, "{:?}", oracle.report);
@@ -66,8 +100,7 @@ fn the_oracle_meets_every_minute_for_no_more_than_a_rule_that_also_does() {
     // the oracle still meets every minute; reacting does not.
     let cfg = SimConfig { hpa: None, ..SimConfig::default() };
     let cap = Capacity::new(&profile(240.0, 210.0), demand.mix, &pool(240.0)).unwrap();
-    let reactive =
-        run(&demand, (240.0, 210.0), &cfg, &mut Reactive { signal: ReactiveSignal::RequestRate, cap: cap.clone() });
+    let reactive = run(&demand, (240.0, 210.0), &cfg, &mut keda(ReactiveSignal::RequestRate, &cap));
     let oracle = run(&demand, (240.0, 210.0), &cfg, &mut Oracle::new(&demand, &cap, &cfg, cap.cold_start_secs()));
     assert_eq!(oracle.report.violation_minutes, 0, "{:?}", oracle.report);
     assert!(
@@ -118,9 +151,9 @@ fn a_longer_cold_start_never_improves_the_slo() {
     for make in [
         &|_: &Demand, _: &Capacity| -> Box<dyn Policy> { Box::new(Fixed(schedule.clone())) }
             as &dyn Fn(&Demand, &Capacity) -> Box<dyn Policy>,
-        &|d: &Demand, c: &Capacity| -> Box<dyn Policy> { Box::new(Static::at_peak(d, c)) },
+        &|d: &Demand, c: &Capacity| -> Box<dyn Policy> { Box::new(Static::from_history(&d.rate, c, 1.0)) },
         &|_: &Demand, c: &Capacity| -> Box<dyn Policy> {
-            Box::new(Reactive { signal: ReactiveSignal::Concurrency { target: c.slots }, cap: c.clone() })
+            Box::new(keda(ReactiveSignal::Concurrency { target: c.slots, queue: None }, c))
         },
     ] {
         let mut last: Option<(f64, f64, String)> = None;
@@ -145,11 +178,9 @@ fn every_request_is_served_dropped_or_still_queued() {
     let demand = synthetic(2.0, 6.0);
     let cap = Capacity::new(&profile(240.0, 210.0), demand.mix, &pool(240.0)).unwrap();
     let policies: Vec<Box<dyn Policy>> = vec![
-        Box::new(Static { replicas: 3 }),
-        Box::new(Reactive { signal: ReactiveSignal::Concurrency { target: 32.0 }, cap: cap.clone() }),
-        Box::new(
-            Predictive::new(PredictiveConfig { lookahead_secs: 450.0, ..PredictiveConfig::default() }, &cap).unwrap(),
-        ),
+        Box::new(Static::new(3)),
+        Box::new(keda(ReactiveSignal::Concurrency { target: 32.0, queue: None }, &cap)),
+        Box::new(shipped(&profile(240.0, 210.0), &cap, &demand, &[])),
         Box::new(Oracle::new(&demand, &cap, &SimConfig::default(), 450.0)),
     ];
     for mut p in policies {
@@ -162,7 +193,7 @@ fn every_request_is_served_dropped_or_still_queued() {
         assert!(rep.arrived > 0.9 * demand.rate.iter().sum::<f64>() * 60.0);
     }
     // Three replicas for a 40 req/s fleet: the queue overflows and clients give up.
-    let starved = run(&demand, (240.0, 210.0), &SimConfig::default(), &mut Static { replicas: 3 }).report;
+    let starved = run(&demand, (240.0, 210.0), &SimConfig::default(), &mut Static::new(3)).report;
     assert!(starved.dropped > 0.0 && starved.slo_attainment < 0.5, "{starved:?}");
 }
 
@@ -176,9 +207,9 @@ fn the_predictive_policy_sees_only_the_past() {
     let cap = Capacity::new(&profile(240.0, 210.0), a.mix, &pool(240.0)).unwrap();
     let history: Vec<f64> = synthetic(3.0, 2.0).rate[..1440].to_vec();
     let go = |d: &Demand| {
-        let mut p = Predictive::new(PredictiveConfig::default(), &cap).unwrap();
+        let mut p = shipped(&profile(240.0, 210.0), &cap, d, &history);
         let pl = pool(240.0);
-        simulate(d, &history, &cap, &pl, &SimConfig::default(), &mut p, &mut |_| {}).unwrap()
+        simulate(d, &cap, &pl, &SimConfig::default(), &mut p, &mut |_| {}).unwrap()
     };
     let (ra, rb) = (go(&a), go(&b));
     assert_eq!(ra.timeline[..1440], rb.timeline[..1440]);
@@ -189,20 +220,37 @@ fn the_predictive_policy_sees_only_the_past() {
 fn simulate_command_writes_a_comparison_notebooks_can_read() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let (code, stdout, stderr) =
-        common::run(&["simulate", "--synthetic", "--days", "2", "--warmup", "1d", "--out", out.to_str().unwrap()]);
+    let (code, stdout, stderr) = common::run(&[
+        "simulate",
+        "--synthetic",
+        "--days",
+        "2",
+        "--warmup",
+        "1d",
+        "--yardstick-headroom",
+        "1,1.5",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{stderr}");
-    for policy in ["static", "reactive(concurrency>32)", "predictive", "oracle"] {
+    for policy in ["static(", "reactive(concurrency>32, down 300s)", "predictive(p90", "yardstick(x1.50)", "oracle"] {
         assert!(stdout.lines().any(|l| l.starts_with(policy)), "{policy} missing:\n{stdout}");
     }
+    assert!(stdout.contains("against the reactive frontier"), "{stdout}");
+    assert!(stdout.contains("Azure conversation token mix stands in"), "a borrowed token mix is named: {stdout}");
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     let reports = summary["reports"].as_array().unwrap();
-    assert_eq!(reports.len(), 4);
-    let static_gpuh = reports[0]["gpu_hours"].as_f64().unwrap();
-    let oracle_gpuh = reports[3]["gpu_hours"].as_f64().unwrap();
-    assert!(oracle_gpuh < static_gpuh, "oracle {oracle_gpuh} vs static {static_gpuh}");
+    assert_eq!(reports.len(), 6);
+    let gpuh = |name: &str| {
+        reports.iter().find(|r| r["policy"].as_str().unwrap().starts_with(name)).unwrap()["gpu_hours"].as_f64().unwrap()
+    };
+    assert!(gpuh("oracle") < gpuh("static"), "oracle {} vs static {}", gpuh("oracle"), gpuh("static"));
+    // Every policy under one cap: 1.5x what the busiest minute needs.
+    let cap = summary["max_replicas"].as_u64().unwrap();
+    assert!(reports.iter().all(|r| r["max_replicas"].as_u64().unwrap() <= cap), "{reports:?}");
+    assert!(summary["reading"]["predictive"][0]["minutes_met"].as_f64().unwrap() > 0.5);
     let timeline = std::fs::read_to_string(out.join("timeline.csv")).unwrap();
-    assert_eq!(timeline.lines().count(), 1 + 4 * 1440);
+    assert_eq!(timeline.lines().count(), 1 + 6 * 1440);
 
     // Mistakes get a message, not a panic.
     let requests = dir.path().join("requests.csv");
@@ -220,4 +268,43 @@ fn simulate_command_writes_a_comparison_notebooks_can_read() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+}
+
+#[test]
+fn simulate_runs_the_shipped_configs() {
+    // The demo's config and the Kubernetes manifest's (its ConfigMap), as `serve` would read them.
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/k8s/foresight.yaml")).unwrap();
+    let config = serde_yaml_ng::Deserializer::from_str(&manifest)
+        .filter_map(|d| serde_yaml_ng::Value::deserialize(d).ok())
+        .find_map(|d| d["data"]["foresight.yaml"].as_str().map(String::from))
+        .expect("the manifest's ConfigMap");
+    let k8s = dir.path().join("foresight.yaml");
+    std::fs::write(&k8s, config).unwrap();
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/local/foresight.yaml");
+    for (config, workload) in [(demo, "llama-8b"), (k8s.to_str().unwrap(), "llama-8b")] {
+        let (code, stdout, stderr) = common::run(&[
+            "simulate",
+            "--synthetic",
+            "--days",
+            "2",
+            "--warmup",
+            "1d",
+            "--duration",
+            "6h",
+            "--config",
+            config,
+            "--workload",
+            workload,
+            "--policy",
+            "predictive,oracle",
+        ]);
+        assert_eq!(code, 0, "{config}: {stderr}");
+        let line = stdout.lines().find(|l| l.starts_with("predictive(p90")).unwrap_or_else(|| panic!("{stdout}"));
+        assert!(stdout.contains("capped at 12 replicas") || !config.ends_with("local/foresight.yaml"), "{stdout}");
+        assert!(line.split_whitespace().count() > 5, "{line}");
+    }
+    let (code, _, stderr) = common::run(&["simulate", "--synthetic", "--config", demo, "--workload", "nope"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("--workload nope: the config has llama-8b"), "{stderr}");
 }

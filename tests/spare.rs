@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{self, KEY};
 
-fn offers(edit: impl Fn(String) -> String) -> (foresight::serve::spare::PoolSpare, u32) {
+fn offers(edit: impl Fn(String) -> String) -> (foresight::serve::state::PoolSpare, u32) {
     let (registry, _store, mut engine, now) = common::forecast_ready(edit);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {

@@ -123,7 +123,7 @@ pub(crate) async fn pools(State(s): State<ApiState>) -> Json<PoolList> {
 /// lease length in `sizing.spare_horizons_secs`.
 #[utoipa::path(get, path = "/api/v1/pools/{pool}/spare", tag = "capacity",
     params(("pool" = String, Path, description = "A pool name")),
-    responses((status = 200, body = crate::serve::spare::PoolSpare),
+    responses((status = 200, body = crate::serve::state::PoolSpare),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "No such pool, or no spare forecast yet")))]
 pub(crate) async fn spare(
     State(s): State<ApiState>,

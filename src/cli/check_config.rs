@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use crate::{config::Settings, serve::roles::role_metric, sizing::roles::RoleKind};
+use crate::{config::Settings, serve::state::role_metric, sizing::roles::RoleKind};
 
 /// Validate `file`, print what it configures; exit 1 if invalid.
 pub(super) fn run(file: &std::path::Path) -> ExitCode {

@@ -11,6 +11,8 @@ pub mod forecast;
 mod roles;
 pub(crate) mod serve;
 pub(crate) mod simulate;
+mod simulate_input;
+mod simulate_report;
 pub mod tools;
 
 use std::{path::PathBuf, process::ExitCode};

@@ -4,20 +4,25 @@
 use std::{io::Write, path::PathBuf, time::Duration};
 
 use anyhow::{bail, Context};
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, Poisson};
 use serde::Serialize;
 
+pub(super) use super::simulate_input::load_clients;
+use super::{
+    simulate_input::{load_servegen, observed},
+    simulate_report::{print_table, write_outputs, Summary},
+};
 use crate::{
     cli::forecast::{read_csv, CsvInput},
-    config::load_profile,
+    config::{load_profile, Settings},
     fake_vllm::demand::load_trace,
     replay::{
-        self,
-        policy::{Policy, Predictive, PredictiveConfig, Reactive, ReactiveSignal, Static},
+        self, frontier,
+        policy::{Policy, Reactive, ReactiveSignal, Static},
+        shipped::{settings, SettingsInput, Shipped},
         Capacity, Demand, HpaConfig, Oracle, Pool, Run, SimConfig, Synthetic, TokenMix,
     },
+    sizing::profile::Profile,
+    sources::Signal,
 };
 
 /// Which policy to run.
@@ -27,6 +32,7 @@ pub(crate) enum PolicyName {
     Static,
     Reactive,
     Predictive,
+    Yardstick,
     Oracle,
 }
 
@@ -78,25 +84,60 @@ pub(crate) struct SimulateArgs {
     /// Scale the trace so its 99th percentile minute has this many requests per second.
     #[arg(long, default_value_t = 150.0)]
     pub(crate) peak_rps: f64,
-    /// A built-in profile name or a profile YAML file.
-    #[arg(long, default_value = "llama-3.1-8b-h100")]
-    pub(crate) model_profile: String,
+    /// Foresight's config: the predictive policy runs `serve`'s engine with
+    /// its forecast, sizing, store resolution and pools, on one of its
+    /// workloads (`--workload`). Without it, the shipped defaults.
+    #[arg(long)]
+    pub(crate) config: Option<PathBuf>,
+    /// The config's workload to replay (default: its first).
+    #[arg(long, requires = "config")]
+    pub(crate) workload: Option<String>,
+    /// A built-in profile name or a profile YAML file (default: the config
+    /// workload's, else llama-3.1-8b-h100).
+    #[arg(long)]
+    pub(crate) model_profile: Option<String>,
+    /// Without --config: the workload's target signal (the shipped default is concurrency).
+    #[arg(long, default_value = "concurrency")]
+    pub(crate) target_signal: String,
     /// Policies to compare (comma separated).
-    #[arg(long = "policy", value_enum, value_delimiter = ',', default_value = "static,reactive,predictive,oracle")]
+    #[arg(
+        long = "policy",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "static,reactive,predictive,yardstick,oracle"
+    )]
     pub(crate) policies: Vec<PolicyName>,
     /// What the reactive trigger watches: `concurrency` (running + waiting) or `request_rate`.
     #[arg(long, default_value = "concurrency")]
     pub(crate) reactive_signal: String,
     /// Reactive thresholds per replica (concurrency), comma separated: one
-    /// reactive policy each. Default the profile's concurrency.
+    /// reactive policy each, under every HPA behaviour. Default the profile's concurrency.
     #[arg(long = "reactive-target", value_delimiter = ',')]
     pub(crate) reactive_targets: Vec<f64>,
+    /// A second KEDA trigger on the waiting requests per replica, comma
+    /// separated: each threshold is also run with each of these.
+    #[arg(long = "queue-target", value_delimiter = ',')]
+    pub(crate) queue_targets: Vec<f64>,
+    /// The HPA's scale-down stabilisation windows reactive runs under, comma separated.
+    #[arg(long = "hpa-scale-down", value_delimiter = ',', default_value = "5m", value_parser = humantime::parse_duration)]
+    pub(crate) hpa_scale_down: Vec<Duration>,
+    /// Static fleets: the warm-up's busiest minute times these, comma separated.
+    #[arg(long = "static-scale", value_delimiter = ',', default_value = "1")]
+    pub(crate) static_scales: Vec<f64>,
+    /// The arrival-blind yardstick's headrooms, comma separated.
+    #[arg(long = "yardstick-headroom", value_delimiter = ',', default_value = "1,1.1,1.2,1.3,1.4,1.5,1.75,2")]
+    pub(crate) yardstick_headrooms: Vec<f64>,
     /// Forecast quantiles the predictive policy sizes for, comma separated: one predictive policy each.
     #[arg(long = "quantile", value_delimiter = ',', default_value = "0.9")]
     pub(crate) quantiles: Vec<f64>,
-    /// Forecast step of the predictive policy (`serve` forecasts at the store's resolution, 1m by default).
-    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
-    pub(crate) forecast_step: Duration,
+    /// The replica cap of every policy (default: the config workload's
+    /// max_replicas, else 1.5x the replicas the trace's busiest minute needs).
+    #[arg(long)]
+    pub(crate) max_replicas: Option<u32>,
+    /// Pod start on a Ready node with the image cached (weights load and
+    /// engine warm-up; default the profile's image pull + weights load).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) pod_start: Option<Duration>,
     /// History observed before the scored window (the forecaster's warm-up).
     #[arg(long, default_value = "14d", value_parser = humantime::parse_duration)]
     pub(crate) warmup: Duration,
@@ -124,12 +165,13 @@ pub(crate) struct SimulateArgs {
     /// keep the true one.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) profile_error: f64,
-    /// The predictive policy learns per-replica capacity from the fleet, as
-    /// `serve` does (`sizing.learn_capacity`).
+    /// Whether the predictive policy learns per-replica capacity from the
+    /// fleet (`sizing.learn_capacity`: on unless the config turns it off).
     #[arg(long)]
-    pub(crate) learn_capacity: bool,
+    pub(crate) learn_capacity: Option<bool>,
     /// The predictive policy offers, every hour, the reserved nodes its
-    /// forecast leaves idle for this long; the offers are scored against the run.
+    /// spare-capacity forecast leaves idle for this long
+    /// (`sizing.spare_horizons_secs`); the offers are scored against the run.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub(crate) spare_horizon: Option<Duration>,
     /// Write summary.json and timeline.csv here.
@@ -161,30 +203,20 @@ impl SimulateArgs {
     }
 }
 
-#[derive(Serialize)]
-struct Summary<'a> {
-    trace: String,
-    profile: &'a str,
-    peak_rps: f64,
-    warmup_minutes: usize,
-    token_mix: TokenMix,
-    capacity: &'a Capacity,
-    pool: &'a Pool,
-    sim: &'a SimConfig,
-    reports: Vec<&'a replay::Report>,
-}
-
-/// Run the comparison and print a table (or JSON) to `out`.
-pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let profile = load_profile(&args.model_profile).context("loading the model profile")?;
-    let (mut mix, bursts) = match &args.requests {
+/// The trace as a demand, its name, and why its token mix is borrowed (if it is).
+fn load_demand(args: &SimulateArgs) -> anyhow::Result<(Demand, String, Option<String>)> {
+    let (mix, bursts, mut note) = match &args.requests {
         Some(p) => {
             let rows = load_trace(p).map_err(anyhow::Error::msg).context("reading --requests")?;
-            (TokenMix::of_requests(&rows).context("empty request log")?, Some(rows))
+            (TokenMix::of_requests(&rows).context("empty request log")?, Some(rows), None)
         }
-        None => (TokenMix::azure_conversation(), None),
+        None => (
+            TokenMix::azure_conversation(),
+            None,
+            Some("no --requests log: the Azure conversation token mix stands in".to_string()),
+        ),
     };
-    let (mut full, trace_name) = match &args.trace_input() {
+    let (mut full, name) = match &args.trace_input() {
         TraceInput::Series(input) => {
             let mut header = String::new();
             std::io::BufRead::read_line(
@@ -206,8 +238,8 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
         }
         // Scaled like a recorded series, so --peak-rps means the same for both.
         TraceInput::ServeGen { path, clients } => {
-            let (d, name) = load_servegen(path, clients, args.peak_rps, args.seed)?;
-            mix = d.mix;
+            let (d, name, missing) = load_servegen(path, clients, args.peak_rps, args.seed)?;
+            note = missing;
             (d, name)
         }
         TraceInput::Synthetic(g) => {
@@ -219,6 +251,43 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
     if let Some(rows) = &bursts {
         full = full.with_bursts(rows, 0)?;
     }
+    Ok((full, name, note))
+}
+
+/// The profile the fleet really has, with the run's pod start and node boot.
+fn true_profile(args: &SimulateArgs) -> anyhow::Result<(Profile, bool)> {
+    let from_config = || -> anyhow::Result<Option<Profile>> {
+        let Some(path) = &args.config else { return Ok(None) };
+        let s = Settings::load(path)?;
+        let w = match &args.workload {
+            Some(n) => s.workloads.iter().find(|w| &w.name == n),
+            None => s.workloads.first(),
+        };
+        Ok(w.map(|w| w.profile.clone()))
+    };
+    let (mut profile, given) = match &args.model_profile {
+        Some(p) => (load_profile(p).context("loading the model profile")?, true),
+        None => match from_config()? {
+            Some(p) => (p, false),
+            None => (load_profile("llama-3.1-8b-h100")?, false),
+        },
+    };
+    if let Some(d) = args.pod_start {
+        // A cached image: the pod start is the weights load and engine warm-up.
+        profile.cold_start_secs.image_pull = 0.0;
+        profile.cold_start_secs.weights_load = d.as_secs_f64();
+    }
+    if let Some(d) = args.node_boot {
+        profile.cold_start_secs.node_boot = d.as_secs_f64();
+    }
+    Ok((profile, given))
+}
+
+/// Run the comparison and print a table (or JSON) to `out`.
+pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (profile, profile_given) = true_profile(args)?;
+    let (full, trace_name, token_mix_note) = load_demand(args)?;
+    let mix = full.mix;
     let warm = (args.warmup.as_secs() / 60) as usize;
     if warm >= full.minutes() {
         bail!(
@@ -232,109 +301,102 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
     // Recorded arrivals were observed as they are; a rate shape gets Poisson noise.
     let history =
         if full.arrivals.is_some() { full.rate[..warm].to_vec() } else { observed(&full.rate[..warm], args.seed) };
+    let history_start = window.start - 60 * history.len() as i64;
 
     let pool = Pool {
         gpus_per_node: args.gpus_per_node,
-        provisioning_secs: args.node_boot.map_or(profile.cold_start_secs.node_boot, |d| d.as_secs_f64()),
+        provisioning_secs: profile.cold_start_secs.node_boot,
         price_per_node_hour: args.node_price,
         reserved_nodes: args.reserved_nodes,
         reserved_price_per_node_hour: args.reserved_price,
     };
-    let cap = Capacity::new(&profile, mix, &pool)?;
+    let mut cap = Capacity::new(&profile, mix, &pool)?;
+    // One replica cap for every policy.
+    let peak = full.rate.iter().copied().filter(|r| r.is_finite()).fold(0.0, f64::max);
+    let config_cap = match &args.config {
+        Some(path) => {
+            let s = Settings::load(path)?;
+            let w = match &args.workload {
+                Some(n) => s.workloads.iter().find(|w| &w.name == n),
+                None => s.workloads.first(),
+            };
+            w.map(|w| w.max_replicas)
+        }
+        None => None,
+    };
+    let max_replicas = args
+        .max_replicas
+        .or(config_cap)
+        .unwrap_or_else(|| (f64::from(cap.replicas_for_rate(peak)) * 1.5).ceil() as u32)
+        .max(1);
+    cap.max_replicas = max_replicas;
     // What the policies are told: the profile, off by --profile-error (the oracle knows the truth).
     if !(args.profile_error.is_finite() && (0.1..=10.0).contains(&args.profile_error)) {
         bail!("--profile-error must be within 0.1..=10, got {}", args.profile_error);
     }
-    let told = {
+    let told_profile = {
         let mut p = profile.clone();
         p.concurrency_per_replica *= args.profile_error;
         p.generation_tokens_per_sec = p.generation_tokens_per_sec.map(|g| g * args.profile_error);
-        Capacity::new(&p, mix, &pool)?
+        p
     };
+    let mut told = Capacity::new(&told_profile, mix, &pool)?;
+    told.max_replicas = max_replicas;
     let cfg = SimConfig { seed: args.seed, step_secs: args.step, ..SimConfig::default() };
-    if let Some(t) = args.reactive_targets.iter().find(|t| !(t.is_finite() && **t > 0.0)) {
-        bail!("--reactive-target must be a number > 0, got {t}");
-    }
-    let targets = if args.reactive_targets.is_empty() { vec![told.slots] } else { args.reactive_targets.clone() };
-    let signals: Vec<ReactiveSignal> = match args.reactive_signal.as_str() {
-        "concurrency" => targets.iter().map(|t| ReactiveSignal::Concurrency { target: *t }).collect(),
-        "request_rate" => vec![ReactiveSignal::RequestRate],
-        other => bail!("--reactive-signal {other:?}: expected concurrency or request_rate"),
-    };
-
-    let mut policies: Vec<(Box<dyn Policy + Send>, SimConfig)> = Vec::new();
-    for name in &args.policies {
-        if *name == PolicyName::Predictive {
-            for q in &args.quantiles {
-                let p = Predictive::new(
-                    PredictiveConfig {
-                        lookahead_secs: cap.cold_start_secs(),
-                        quantile: *q,
-                        bucket_secs: args.forecast_step.as_secs() as i64,
-                        learn_capacity: args.learn_capacity,
-                        spare_horizon_secs: args.spare_horizon.map(|d| d.as_secs_f64()),
-                        ..PredictiveConfig::default()
-                    },
-                    &told,
-                )?;
-                // Foresight stabilises scale-down itself, so its ScaledObject sets the
-                // HPA's window to 0 (deploy/keda/scaledobject.yaml).
-                let hpa = HpaConfig { scale_down_window_secs: 0.0, ..HpaConfig::default() };
-                policies.push((Box::new(p), SimConfig { hpa: Some(hpa), ..cfg.clone() }));
-            }
-            continue;
-        }
-        if *name == PolicyName::Reactive {
-            for signal in &signals {
-                policies.push((Box::new(Reactive { signal: *signal, cap: told.clone() }), cfg.clone()));
-            }
-            continue;
-        }
-        let p: (Box<dyn Policy + Send>, SimConfig) = match name {
-            PolicyName::Static => (Box::new(Static::at_peak(&window, &told)), cfg.clone()),
-            PolicyName::Reactive => continue,
-            // Foresight stabilises scale-down itself, so its ScaledObject sets the
-            // HPA's window to 0 (deploy/keda/scaledobject.yaml).
-            PolicyName::Predictive => continue,
-            PolicyName::Oracle => (Box::new(Oracle::new(&window, &cap, &cfg, cap.cold_start_secs())), cfg.clone()),
-        };
-        policies.push(p);
-    }
+    let policies = build_policies(
+        args,
+        &PolicyInputs {
+            cap: &cap,
+            told: &told,
+            told_profile: &told_profile,
+            profile_given,
+            pool: &pool,
+            cfg: &cfg,
+            window: &window,
+            history: &history,
+            history_start,
+            max_replicas,
+        },
+    )?;
 
     let bar = indicatif::ProgressBar::new((window.minutes() * policies.len()) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} simulating [{bar:30}] {percent}% of minutes, {elapsed}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let runs: Vec<anyhow::Result<Run>> = std::thread::scope(|s| {
-        let handles: Vec<_> = policies
-            .into_iter()
-            .map(|(mut p, c)| {
-                let (window, history, cap, pool, bar) = (&window, &history, &cap, &pool, &bar);
-                s.spawn(move || {
-                    replay::simulate(window, history, cap, pool, &c, p.as_mut(), &mut |_| bar.inc(1))
-                        .map_err(anyhow::Error::from)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a policy run panicked"))))
-            .collect()
+    // As many runs at once as there are cores: each is one thread's work.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let queue = std::sync::Mutex::new(policies.into_iter().enumerate().collect::<Vec<_>>());
+    let done = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..cores {
+            s.spawn(|| loop {
+                let Some((i, (mut p, c))) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop() else { return };
+                let run = replay::simulate(&window, &cap, &pool, &c, p.as_mut(), &mut |_| bar.inc(1));
+                done.lock().unwrap_or_else(|e| e.into_inner()).push((i, run.map_err(anyhow::Error::from)));
+            });
+        }
     });
     bar.finish_and_clear();
-    let runs: Vec<Run> = runs.into_iter().collect::<anyhow::Result<_>>()?;
+    let mut runs = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    runs.sort_by_key(|(i, _)| *i);
+    let runs: Vec<Run> = runs.into_iter().map(|(_, r)| r).collect::<anyhow::Result<_>>()?;
 
+    let reports: Vec<&replay::Report> = runs.iter().map(|r| &r.report).collect();
     let summary = Summary {
         trace: trace_name,
         profile: &profile.name,
         peak_rps: args.peak_rps,
         warmup_minutes: warm,
         token_mix: mix,
+        token_mix_note,
         capacity: &cap,
         pool: &pool,
         sim: &cfg,
-        reports: runs.iter().map(|r| &r.report).collect(),
+        max_replicas,
+        reading: frontier::read(&reports, |r| r.gpu_hours),
+        reading_held: frontier::read(&reports, |r| r.held_gpu_hours),
+        reports,
     };
     if let Some(dir) = &args.out {
         write_outputs(dir, &summary, &runs)?;
@@ -343,210 +405,113 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
         serde_json::to_writer_pretty(&mut *out, &summary)?;
         writeln!(out)?;
     } else {
-        print_table(out, &summary, &runs)?;
+        print_table(out, &summary)?;
     }
     Ok(())
 }
 
-/// ServeGen's day 0 has no known date: start it on a Monday (2026-01-05 00:00 UTC).
-const SERVEGEN_START: i64 = 1_767_571_200;
-
-/// A ServeGen model folder's client traces (every `chunk-*-trace.csv`, or
-/// the listed clients) or one client file: (the folder, the model's name,
-/// the traces).
-pub(super) fn load_clients(
-    path: &std::path::Path,
-    only: &[String],
-) -> anyhow::Result<(PathBuf, String, Vec<replay::servegen::ClientTrace>)> {
-    let client_of = |p: &std::path::Path| {
-        let n = p.file_name()?.to_str()?;
-        Some(n.strip_prefix("chunk-")?.strip_suffix("-trace.csv")?.to_string())
-    };
-    let (dir, files) = if path.is_dir() {
-        let mut files: Vec<(String, PathBuf)> = std::fs::read_dir(path)
-            .with_context(|| format!("reading {}", path.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter_map(|p| client_of(&p).map(|c| (c, p)))
-            .filter(|(c, _)| only.is_empty() || only.contains(c))
-            .collect();
-        files.sort();
-        (path.to_path_buf(), files)
-    } else {
-        let c =
-            client_of(path).with_context(|| format!("{} is not a chunk-<client>-trace.csv file", path.display()))?;
-        (path.parent().map(PathBuf::from).unwrap_or_default(), vec![(c, path.to_path_buf())])
-    };
-    if let Some(missing) = only.iter().find(|c| !files.iter().any(|(f, _)| f == *c)) {
-        bail!("--clients {missing}: no chunk-{missing}-trace.csv in {}", dir.display());
-    }
-    if files.is_empty() {
-        bail!("no chunk-<client>-trace.csv files in {}", path.display());
-    }
-    let clients = files
-        .iter()
-        .map(|(c, p)| {
-            let body = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Ok(replay::servegen::parse_client(c, &body)?)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let model = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-    Ok((dir, model, clients))
+/// What the policies are built from.
+struct PolicyInputs<'a> {
+    /// The fleet's true capacity (the oracle and yardstick plan on it).
+    cap: &'a Capacity,
+    /// What the policies are told.
+    told: &'a Capacity,
+    told_profile: &'a Profile,
+    profile_given: bool,
+    pool: &'a Pool,
+    cfg: &'a SimConfig,
+    window: &'a Demand,
+    history: &'a [f64],
+    history_start: i64,
+    max_replicas: u32,
 }
 
-/// Read ServeGen clients as with [`load_clients`], and their token mix when
-/// `token_means_6h.csv` sits beside the folder.
-fn load_servegen(
-    path: &std::path::Path,
-    only: &[String],
-    peak_rps: f64,
-    seed: u64,
-) -> anyhow::Result<(Demand, String)> {
-    let (dir, model, mut clients) = load_clients(path, only)?;
-    let means = dir.parent().map(|p| p.join("token_means_6h.csv"));
-    let mix = match means.as_ref().filter(|p| p.exists()) {
-        Some(p) => {
-            let body = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            replay::servegen::token_mix(&body, &model, &clients)?
-        }
-        None => None,
+type Runnable = (Box<dyn Policy + Send>, SimConfig);
+
+/// Every policy of the comparison, each with the loop it runs under.
+fn build_policies(args: &SimulateArgs, i: &PolicyInputs<'_>) -> anyhow::Result<Vec<Runnable>> {
+    let bad = |xs: &[f64]| xs.iter().copied().find(|t| !(t.is_finite() && *t > 0.0));
+    if let Some(t) = bad(&args.reactive_targets).or(bad(&args.queue_targets)) {
+        bail!("--reactive-target and --queue-target must be numbers > 0, got {t}");
+    }
+    if let Some(h) = bad(&args.yardstick_headrooms).or(bad(&args.static_scales)) {
+        bail!("--yardstick-headroom and --static-scale must be numbers > 0, got {h}");
+    }
+    let targets = if args.reactive_targets.is_empty() { vec![i.told.slots] } else { args.reactive_targets.clone() };
+    let signals: Vec<ReactiveSignal> = match args.reactive_signal.as_str() {
+        "concurrency" => targets
+            .iter()
+            .flat_map(|t| {
+                std::iter::once(None)
+                    .chain(args.queue_targets.iter().map(|q| Some(*q)))
+                    .map(|queue| ReactiveSignal::Concurrency { target: *t, queue })
+            })
+            .collect(),
+        "request_rate" => vec![ReactiveSignal::RequestRate],
+        other => bail!("--reactive-signal {other:?}: expected concurrency or request_rate"),
     };
-    let mix = mix.unwrap_or_else(|| {
-        tracing::warn!(model, "no ServeGen token means for these clients: using the Azure conversation mix");
-        TokenMix::azure_conversation()
-    });
-    let gaps = replay::servegen::fill_gaps(&mut clients);
-    if gaps > 0 {
-        tracing::warn!(
-            model,
-            windows = gaps,
-            "windows with no traffic from any client: collection gaps, filled from a day before"
-        );
-        eprintln!("note: {gaps} ten-minute windows with no traffic from any of the {} clients were taken as collection gaps and filled from the same window a day earlier", clients.len());
-    }
-    let demand = replay::servegen::demand(&clients, SERVEGEN_START, peak_rps, mix, seed)?;
-    let name = if clients.len() == 1 {
-        format!("servegen {model} client {}", clients[0].client)
-    } else {
-        format!("servegen {model} ({} clients)", clients.len())
-    };
-    Ok((demand, name))
-}
-
-/// What the fleet saw during the warm-up: Poisson arrivals per minute, as a rate.
-fn observed(rate: &[f64], seed: u64) -> Vec<f64> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x005e_ed0f_ba5e);
-    rate.iter()
-        .map(|r| if *r > 0.0 { Poisson::new(r * 60.0).map_or(*r, |p| p.sample(&mut rng) / 60.0) } else { 0.0 })
-        .collect()
-}
-
-fn print_table(out: &mut dyn Write, s: &Summary<'_>, runs: &[Run]) -> anyhow::Result<()> {
-    let days = runs.first().map_or(0.0, |r| r.report.minutes as f64 / 1440.0);
-    writeln!(
-        out,
-        "{}: {:.1} days simulated after a {:.1}-day warm-up; {} ({} GPU/replica, {:.1} req/s per replica at {} slots, {:.0} s cold start); peak {} req/s",
-        s.trace,
-        days,
-        s.warmup_minutes as f64 / 1440.0,
-        s.profile,
-        s.capacity.gpus_per_replica,
-        s.capacity.requests_per_sec,
-        s.capacity.slots,
-        s.capacity.cold_start_secs(),
-        s.peak_rps
-    )?;
-    let oracle = runs.iter().find(|r| r.report.policy == "oracle").map(|r| r.report.gpu_hours);
-    writeln!(
-        out,
-        "{:<28} {:>10} {:>8} {:>10} {:>9} {:>10} {:>8} {:>10} {:>9} {:>9}",
-        "policy",
-        "GPU-hours",
-        "x oracle",
-        "cost",
-        "SLO met",
-        "viol. min",
-        "cold st",
-        "peak queue",
-        "idle GPUh",
-        "dropped"
-    )?;
-    for r in runs.iter().map(|r| &r.report) {
-        let ratio = oracle.filter(|o| *o > 0.0).map_or("-".to_string(), |o| format!("{:.2}", r.gpu_hours / o));
-        writeln!(
-            out,
-            "{:<28} {:>10.1} {:>8} {:>10.0} {:>8.3}% {:>10} {:>8} {:>10.0} {:>9.1} {:>9.0}",
-            r.policy,
-            r.gpu_hours,
-            ratio,
-            r.cost,
-            r.slo_attainment * 100.0,
-            r.violation_minutes,
-            r.cold_starts,
-            r.peak_queue,
-            r.idle_gpu_hours,
-            r.dropped
-        )?;
-    }
-    for r in runs.iter().map(|r| &r.report) {
-        if let Some(sp) = &r.spare {
-            writeln!(
-                out,
-                "{}: {} offers of reserved nodes for {:.1} h leases: {:.0} GPU-hours offered, {:.0} in leases never revoked, {} revoked; hindsight's offers {:.0}, reserved GPU-hours really idle over those leases {:.0}",
-                r.policy,
-                sp.offers,
-                sp.horizon_secs / 3600.0,
-                sp.offered_gpu_hours,
-                sp.kept_gpu_hours,
-                sp.revoked,
-                sp.hindsight_gpu_hours,
-                sp.idle_gpu_hours
-            )?;
-        }
-        if let Some(l) = &r.learned {
-            writeln!(
-                out,
-                "{}: learned {:.1} running per replica within the SLO, sizing on {:.1} (the profile said {:.1}; the replicas have {} slots), from {:.0} observations, {:.0} near it",
-                r.policy, l.learned, l.per_replica, l.prior, s.capacity.slots, l.observations, l.near
-            )?;
+    let target: Signal = serde_json::from_value(serde_json::Value::String(args.target_signal.clone()))
+        .map_err(|_| anyhow::anyhow!("--target-signal {:?}: not a signal Foresight reads", args.target_signal))?;
+    let lead = i.cap.cold_start_secs();
+    let mut policies: Vec<Runnable> = Vec::new();
+    for name in &args.policies {
+        match name {
+            PolicyName::Static => {
+                for s in &args.static_scales {
+                    let mut p = Static::from_history(i.history, i.told, *s);
+                    if args.static_scales.len() > 1 {
+                        p.name = format!("static({}, x{s})", p.replicas);
+                    }
+                    policies.push((Box::new(p), i.cfg.clone()));
+                }
+            }
+            PolicyName::Reactive => {
+                for down in &args.hpa_scale_down {
+                    let hpa = HpaConfig { scale_down_window_secs: down.as_secs_f64(), ..HpaConfig::default() };
+                    for signal in &signals {
+                        let p = Reactive { signal: *signal, cap: i.told.clone(), down_secs: down.as_secs_f64() };
+                        policies.push((Box::new(p), SimConfig { hpa: Some(hpa.clone()), ..i.cfg.clone() }));
+                    }
+                }
+            }
+            PolicyName::Predictive => {
+                for q in &args.quantiles {
+                    let config = args.config.as_deref().map(Settings::load).transpose()?;
+                    let settings = settings(
+                        config,
+                        &SettingsInput {
+                            workload: args.workload.as_deref(),
+                            told: i.told_profile,
+                            profile_given: i.profile_given,
+                            target,
+                            max_replicas: i.max_replicas,
+                            quantile: *q,
+                            learn_capacity: args.learn_capacity,
+                            spare_horizon_secs: args.spare_horizon.map(|d| d.as_secs()),
+                            pool: i.pool,
+                            from: i.history_start,
+                            until: i.window.start + 60 * i.window.minutes() as i64,
+                        },
+                    )?;
+                    let learns = if settings.sizing.learn_capacity { ", learned capacity" } else { "" };
+                    let name = format!("predictive(p{}{learns})", (q * 1000.0).round() / 10.0);
+                    let p = Shipped::new(name, &settings, i.history, i.history_start, i.cap)?;
+                    // Foresight stabilises scale-down itself, so its ScaledObject sets the
+                    // HPA's window to 0 (deploy/keda/scaledobject.yaml).
+                    let hpa = HpaConfig { scale_down_window_secs: 0.0, ..HpaConfig::default() };
+                    policies.push((Box::new(p), SimConfig { hpa: Some(hpa), ..i.cfg.clone() }));
+                }
+            }
+            PolicyName::Yardstick => {
+                for h in &args.yardstick_headrooms {
+                    let p = replay::yardstick::arrival_blind(i.window, i.cap, i.cfg, lead, *h);
+                    policies.push((Box::new(p), i.cfg.clone()));
+                }
+            }
+            PolicyName::Oracle => {
+                policies.push((Box::new(Oracle::new(i.window, i.cap, i.cfg, lead)), i.cfg.clone()));
+            }
         }
     }
-    Ok(())
-}
-
-fn write_outputs(dir: &std::path::Path, s: &Summary<'_>, runs: &[Run]) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join("summary.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(s)?).with_context(|| format!("writing {}", path.display()))?;
-    let path = dir.join("timeline.csv");
-    let mut w = csv::Writer::from_path(&path).with_context(|| format!("writing {}", path.display()))?;
-    w.write_record([
-        "policy",
-        "minute",
-        "unix",
-        "demand_rps",
-        "arrived_rps",
-        "replicas",
-        "ready_replicas",
-        "nodes",
-        "queue",
-        "attainment",
-    ])?;
-    for run in runs {
-        for m in &run.timeline {
-            w.write_record([
-                run.report.policy.clone(),
-                m.minute.to_string(),
-                m.unix.to_string(),
-                format!("{:.4}", m.demand_rps),
-                format!("{:.4}", m.arrived_rps),
-                m.replicas.to_string(),
-                m.ready_replicas.to_string(),
-                m.nodes.to_string(),
-                format!("{:.2}", m.queue),
-                if m.attainment.is_finite() { format!("{:.5}", m.attainment) } else { String::new() },
-            ])?;
-        }
-    }
-    w.flush()?;
-    Ok(())
+    Ok(policies)
 }

@@ -39,6 +39,11 @@ impl Fleet {
         }
     }
 
+    /// Replicas on a node: starting or ready (what holds GPUs).
+    pub(super) fn placed(&self) -> u32 {
+        self.ready + self.starting.len() as u32
+    }
+
     /// The Deployment's replicas as the HPA sees them: ready, starting and unscheduled.
     pub(super) fn spec(&self) -> u32 {
         self.ready + self.starting.len() as u32 + self.pending

@@ -4,50 +4,40 @@
 
 use std::collections::VecDeque;
 
-use super::{dispersion, fleet::Fleet, fluid::Queue, Capacity, Demand, Minute, Pool, Report, Run, SimConfig};
+use super::{fleet::Fleet, fluid::Queue, Capacity, Demand, Minute, Pool, Report, Run, SimConfig};
 
 /// The windows behind an [`super::Observation`]: arrivals over the rate
-/// window, arrivals per poll over the last ten minutes (burstiness), and
-/// admissions within the wait budget per poll over the rate window (what
+/// window, and the queue waits of the requests admitted over it (what
 /// vLLM's queue-time histogram shows).
 pub(super) struct Windows {
     dt: f64,
     window_steps: usize,
     recent: VecDeque<f64>,
     recent_sum: f64,
-    polls_kept: usize,
-    per_poll: VecDeque<f64>,
-    since_poll: f64,
     poll_secs: f64,
     rate_window_secs: f64,
-    admitted_polls: VecDeque<(f64, f64)>,
-    adm: f64,
-    adm_met: f64,
+    /// Queue waits (seconds, requests) of each poll over the rate window, and of the open poll.
+    wait_polls: VecDeque<Vec<(f64, f64)>>,
+    waits: Vec<(f64, f64)>,
 }
 
 impl Windows {
     pub(super) fn new(cfg: &SimConfig) -> Windows {
         let window_steps = (cfg.rate_window_secs / cfg.step_secs).round().max(1.0) as usize;
-        let polls_kept = ((600.0 / cfg.poll_secs).round() as usize).max(2);
         Windows {
             dt: cfg.step_secs,
             window_steps,
             recent: VecDeque::with_capacity(window_steps + 1),
             recent_sum: 0.0,
-            polls_kept,
-            per_poll: VecDeque::with_capacity(polls_kept + 1),
-            since_poll: 0.0,
             poll_secs: cfg.poll_secs,
             rate_window_secs: cfg.rate_window_secs,
-            admitted_polls: VecDeque::new(),
-            adm: 0.0,
-            adm_met: 0.0,
+            wait_polls: VecDeque::new(),
+            waits: Vec::new(),
         }
     }
 
     /// `a` requests arrived this step.
     pub(super) fn arrived(&mut self, a: f64) {
-        self.since_poll += a;
         self.recent.push_back(a);
         self.recent_sum += a;
         if self.recent.len() > self.window_steps {
@@ -55,41 +45,24 @@ impl Windows {
         }
     }
 
-    /// `n` requests got a slot, within the wait budget or not.
-    pub(super) fn admitted(&mut self, n: f64, in_budget: bool) {
-        self.adm += n;
-        if in_budget {
-            self.adm_met += n;
-        }
+    /// `n` requests got a slot after waiting `wait` seconds.
+    pub(super) fn admitted(&mut self, n: f64, wait: f64) {
+        self.waits.push((wait, n));
     }
 
     /// A poll is due: close the poll that just ended.
     pub(super) fn close_poll(&mut self) {
-        self.per_poll.push_back(self.since_poll);
-        if self.per_poll.len() > self.polls_kept {
-            self.per_poll.pop_front();
+        self.wait_polls.push_back(std::mem::take(&mut self.waits));
+        if self.wait_polls.len() as f64 * self.poll_secs > self.rate_window_secs {
+            self.wait_polls.pop_front();
         }
-        self.since_poll = 0.0;
-        self.admitted_polls.push_back((self.adm, self.adm_met));
-        if self.admitted_polls.len() as f64 * self.poll_secs > self.rate_window_secs {
-            self.admitted_polls.pop_front();
-        }
-        (self.adm, self.adm_met) = (0.0, 0.0);
     }
 
-    /// Dispersion of arrivals per poll (variance over mean).
-    pub(super) fn dispersion(&mut self) -> f64 {
-        dispersion(self.per_poll.make_contiguous())
-    }
-
-    /// The fraction admitted within the wait budget over the window (NaN before any admission).
-    pub(super) fn wait_attainment(&self) -> f64 {
-        let (all, met) = self.admitted_polls.iter().fold((0.0, 0.0), |s, p| (s.0 + p.0, s.1 + p.1));
-        if all > 0.0 {
-            met / all
-        } else {
-            f64::NAN
-        }
+    /// The 99th percentile queue wait of the requests admitted over the
+    /// window (NaN before any): what vLLM's `request_queue_time_seconds` shows.
+    pub(super) fn wait_p99(&self) -> f64 {
+        let mut all: Vec<(f64, f64)> = self.wait_polls.iter().flatten().copied().collect();
+        quantile(&mut all, 0.99)
     }
 
     /// Arrivals per second over the rate window.
@@ -97,6 +70,26 @@ impl Windows {
         self.recent_sum.max(0.0) / (self.recent.len() as f64 * self.dt)
     }
 }
+
+/// The `q` quantile of waits weighted by their requests (NaN when empty).
+pub(super) fn quantile(waits: &mut [(f64, f64)], q: f64) -> f64 {
+    let total: f64 = waits.iter().map(|w| w.1).sum();
+    if total <= 0.0 {
+        return f64::NAN;
+    }
+    waits.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut seen = 0.0;
+    for (w, n) in waits.iter() {
+        seen += n;
+        if seen >= q * total {
+            return *w;
+        }
+    }
+    waits.last().map_or(f64::NAN, |w| w.0)
+}
+
+/// Seconds of the windows the queue wait's p99 is reported over.
+const WAIT_WINDOW_SECS: f64 = 300.0;
 
 /// Requests met, finished and dropped, GPU-seconds and cost, per minute and in all.
 pub(super) struct Ledger {
@@ -115,7 +108,12 @@ pub(super) struct Ledger {
     on_demand_cost: f64,
     peak_queue: f64,
     replica_secs: f64,
+    /// GPU-seconds held by replicas placed on nodes (starting or ready).
+    held_secs: f64,
     max_replicas: u32,
+    /// Queue waits of the open five-minute window, and each closed window's p99.
+    waits: Vec<(f64, f64)>,
+    wait_p99s: Vec<f64>,
 }
 
 impl Ledger {
@@ -136,7 +134,10 @@ impl Ledger {
             on_demand_cost: 0.0,
             peak_queue: 0.0,
             replica_secs: 0.0,
+            held_secs: 0.0,
             max_replicas: replicas,
+            waits: Vec::new(),
+            wait_p99s: Vec::new(),
         }
     }
 
@@ -146,7 +147,8 @@ impl Ledger {
     }
 
     /// `n` requests that arrived at `at` got a slot; they count in the minute they arrived.
-    pub(super) fn admitted(&mut self, at: f64, n: f64, in_budget: bool) {
+    pub(super) fn admitted(&mut self, at: f64, n: f64, wait: f64, in_budget: bool) {
+        self.waits.push((wait, n));
         let m = (at / 60.0) as usize;
         self.done[m] += n;
         if in_budget {
@@ -176,12 +178,20 @@ impl Ledger {
         self.on_demand_cost +=
             f64::from(nodes.saturating_sub(pool.reserved_nodes)) * pool.price_per_node_hour * dt / 3600.0;
         self.replica_secs += f64::from(spec) * dt;
+        self.held_secs += f64::from(fleet.placed() * cap.gpus_per_replica) * dt;
         self.max_replicas = self.max_replicas.max(spec);
     }
 
     /// The minute `minute` has ended: its timeline row, with the fleet as it stands.
     /// Returns the rate that arrived, for the history the policies forecast from.
-    pub(super) fn close_minute(&mut self, demand: &Demand, minute: usize, fleet: &Fleet, queue: &Queue) -> f64 {
+    pub(super) fn close_minute(
+        &mut self,
+        demand: &Demand,
+        minute: usize,
+        fleet: &Fleet,
+        queue: &Queue,
+        reason: Option<String>,
+    ) {
         let rate = self.minute_arrived / 60.0;
         self.timeline.push(Minute {
             minute,
@@ -196,9 +206,14 @@ impl Ledger {
             arrived: self.minute_arrived,
             served: self.minute_served,
             dropped: self.minute_dropped,
+            reason,
         });
         (self.minute_arrived, self.minute_served, self.minute_dropped) = (0.0, 0.0, 0.0);
-        rate
+        if (minute + 1) % (WAIT_WINDOW_SECS / 60.0) as usize == 0 {
+            let p99 = quantile(&mut self.waits, 0.99);
+            self.wait_p99s.push(if p99.is_nan() { 0.0 } else { p99 });
+            self.waits.clear();
+        }
     }
 
     /// The run's report: each minute's attainment, the SLO's misses, the totals.
@@ -209,21 +224,29 @@ impl Ledger {
         cold_starts: u64,
         node_boots: u64,
         queued: f64,
+        gpus_per_node: u32,
     ) -> Run {
         let minutes = self.met.len();
-        let mut violation_minutes = 0;
+        let (mut violation_minutes, mut with_requests) = (0, 0);
         for (row, (m, d)) in self.timeline.iter_mut().zip(self.met.iter().zip(&self.done)) {
             if *d > 0.0 {
                 row.attainment = m / d;
+                with_requests += 1;
                 violation_minutes += usize::from(m / d < cfg.minute_slo_target);
             }
         }
+        let mut p99s: Vec<(f64, f64)> = self.wait_p99s.iter().map(|p| (*p, 1.0)).collect();
+        let wait_p99_5min = [quantile(&mut p99s, 0.5), quantile(&mut p99s, 0.95)];
         let finished: f64 = self.done.iter().sum();
         let secs = (minutes * 60) as f64;
         let report = Report {
             policy,
             minutes,
             gpu_hours: self.gpu_secs / 3600.0,
+            held_gpu_hours: self.held_secs / 3600.0,
+            node_hours: self.gpu_secs / 3600.0 / f64::from(gpus_per_node.max(1)),
+            minutes_met: if with_requests > 0 { 1.0 - violation_minutes as f64 / with_requests as f64 } else { 1.0 },
+            wait_p99_5min,
             idle_gpu_hours: self.idle_secs / 3600.0,
             cost: self.reserved_cost + self.on_demand_cost,
             reserved_cost: self.reserved_cost,

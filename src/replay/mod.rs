@@ -36,13 +36,18 @@
 pub(crate) mod demand;
 mod fleet;
 mod fluid;
+pub mod frontier;
 mod hpa;
 mod ledger;
 mod oracle;
+#[cfg(test)]
+mod parity_tests;
 pub mod policy;
 pub(crate) mod roles;
 pub(crate) mod servegen;
+pub mod shipped;
 mod spare;
+pub mod yardstick;
 
 use fleet::Fleet;
 use fluid::{Arrivals, Event, Queue};
@@ -82,6 +87,7 @@ pub struct Pool {
 pub struct Capacity {
     pub slots: f64,
     pub(crate) itl_secs: f64,
+    pub(crate) prompt_tokens: f64,
     pub(crate) output_tokens: f64,
     /// Mean time a request holds a slot.
     pub(crate) service_secs: f64,
@@ -130,6 +136,7 @@ impl Capacity {
         Ok(Capacity {
             slots,
             itl_secs,
+            prompt_tokens: mix.prompt_tokens,
             output_tokens: mix.output_tokens,
             service_secs,
             requests_per_sec: slots / service_secs,
@@ -158,14 +165,6 @@ impl Capacity {
     /// [`Capacity::replicas_for`] with Poisson arrivals.
     pub fn replicas_for_rate(&self, rate: f64) -> u32 {
         self.replicas_for(rate, 1.0)
-    }
-
-    /// Replicas whose slots would hold `queue` waiting requests.
-    pub(crate) fn replicas_for_queue(&self, queue: f64) -> u32 {
-        if queue.is_nan() || queue <= 0.0 {
-            return 0;
-        }
-        (queue / self.slots).ceil() as u32
     }
 
     /// Replicas that fit on one node (0 for a replica spanning several).
@@ -241,6 +240,16 @@ pub struct Report {
     pub(crate) minutes: usize,
     /// GPU-hours of every provisioned node (reserved, on-demand, booting).
     pub gpu_hours: f64,
+    /// GPU-hours held by replicas on nodes (starting or ready): the cost when
+    /// GPUs are billed one by one, as on a shared cluster.
+    pub held_gpu_hours: f64,
+    /// Node-hours (the GPU-hours over the GPUs per node).
+    pub(crate) node_hours: f64,
+    /// Share of the minutes with requests in which the SLO target held.
+    pub minutes_met: f64,
+    /// The 99th percentile queue wait of each five-minute window, seconds:
+    /// its median and 95th percentile over the run.
+    pub(crate) wait_p99_5min: [f64; 2],
     /// GPU-hours not serving requests: idle nodes, starting replicas, unused batch slots.
     pub(crate) idle_gpu_hours: f64,
     pub(crate) cost: f64,
@@ -288,6 +297,8 @@ pub struct Minute {
     pub arrived: f64,
     pub(crate) served: f64,
     pub(crate) dropped: f64,
+    /// The policy's reason for its last decision in the minute, if it gives one.
+    pub(crate) reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -311,12 +322,9 @@ pub(crate) fn dispersion(counts: &[f64]) -> f64 {
     (var / mean).max(1.0)
 }
 
-/// Simulate `policy` on `demand`. `history` is what the fleet observed
-/// before the window (arrivals per second, one per minute, ending where
-/// `demand` starts); `progress` is called with each finished minute.
+/// Simulate `policy` on `demand`; `progress` is called with each finished minute.
 pub fn simulate(
     demand: &Demand,
-    history: &[f64],
     cap: &Capacity,
     pool: &Pool,
     cfg: &SimConfig,
@@ -344,8 +352,6 @@ pub fn simulate(
     let minutes = demand.minutes();
     let mut arrivals = Arrivals::new(cfg);
     let mut hpa = cfg.hpa.clone().filter(|_| policy.via_hpa()).map(Hpa::new);
-    let mut history = history.to_vec();
-    let history_start = demand.start - 60 * history.len() as i64;
     // Start in a steady state: the oracle's fleet for the first minute, on ready nodes.
     let ready = cap.replicas_for_rate(demand.rate_at(0.0)).max(cap.min_replicas);
     let mut fleet = Fleet::new(ready, cap.nodes_for(ready).max(pool.reserved_nodes));
@@ -368,17 +374,14 @@ pub fn simulate(
             }
             let spec = fleet.spec();
             let obs = Observation {
-                dispersion: seen.dispersion(),
-                wait_attainment: seen.wait_attainment(),
+                spec,
+                wait_p99: seen.wait_p99(),
                 t,
                 unix: demand.start as f64 + t,
                 running: queue.busy,
                 waiting: queue.queued,
                 ready: f64::from(fleet.ready),
-                reserved_nodes: pool.reserved_nodes,
                 arrival_rate: seen.arrival_rate(),
-                history: &history,
-                history_start,
             };
             let d = policy.decide(&obs);
             let target = match hpa.as_mut() {
@@ -394,8 +397,8 @@ pub fn simulate(
         queue.step(t, f64::from(fleet.ready) * cap.slots, completion, cap.wait_budget_secs, cfg.max_wait_secs, |e| {
             match e {
                 Event::Admitted { at, n, in_budget } => {
-                    ledger.admitted(at, n, in_budget);
-                    seen.admitted(n, in_budget);
+                    ledger.admitted(at, n, t - at, in_budget);
+                    seen.admitted(n, t - at);
                 }
                 Event::Dropped { at, n } => ledger.dropped(at, n),
             }
@@ -403,11 +406,12 @@ pub fn simulate(
         ledger.step(dt, cap, pool, &fleet, &queue);
 
         if (i + 1) % steps_per_min == 0 {
-            history.push(ledger.close_minute(demand, minute, &fleet, &queue));
+            ledger.close_minute(demand, minute, &fleet, &queue, policy.reason());
             progress(minute);
         }
     }
-    let mut run = ledger.finish(policy.name(), cfg, fleet.cold_starts, fleet.node_boots, queue.left());
+    let mut run =
+        ledger.finish(policy.name(), cfg, fleet.cold_starts, fleet.node_boots, queue.left(), cap.gpus_per_node);
     run.report.learned = policy.learned();
     run.report.spare = policy.offers().map(|(h, offers)| spare::score(offers, h, &run.timeline, cap, pool));
     Ok(run)

@@ -14,12 +14,13 @@ use super::{
 
 /// Perfect foresight of every arrival.
 pub struct Oracle {
+    pub(super) name: String,
     /// Ready replicas each minute needs.
-    need: Vec<u32>,
+    pub(super) need: Vec<u32>,
     /// How far ahead it starts replicas: the cold start plus a poll, so a
     /// replica asked for at the poll before is ready when its minute begins.
-    ahead_secs: f64,
-    cap: Capacity,
+    pub(super) ahead_secs: f64,
+    pub(super) cap: Capacity,
 }
 
 impl Oracle {
@@ -73,7 +74,7 @@ impl Oracle {
             }
             need.push(u32::try_from(r).unwrap_or(u32::MAX));
         }
-        Oracle { need, ahead_secs: lead_secs + cfg.poll_secs, cap: cap.clone() }
+        Oracle { name: "oracle".into(), need, ahead_secs: lead_secs + cfg.poll_secs, cap: cap.clone() }
     }
 }
 
@@ -128,9 +129,9 @@ fn fewest(guess: i64, lo: i64, hi: i64, mut ok: impl FnMut(i64) -> bool) -> i64 
 
 impl Policy for Oracle {
     fn name(&self) -> String {
-        "oracle".into()
+        self.name.clone()
     }
-    fn decide(&mut self, o: &Observation<'_>) -> Decision {
+    fn decide(&mut self, o: &Observation) -> Decision {
         let from = (o.t / 60.0) as usize;
         let to = ((o.t + self.ahead_secs) / 60.0) as usize;
         let peak = self

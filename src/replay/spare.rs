@@ -81,6 +81,7 @@ mod tests {
             arrived: 0.0,
             served: 0.0,
             dropped: 0.0,
+            reason: None,
         }
     }
 

@@ -14,10 +14,7 @@ use crate::{
         external_scaler_server::ExternalScaler, GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse,
         IsActiveResponse, MetricSpec, MetricValue, ScaledObjectRef,
     },
-    serve::{
-        roles::RoleState,
-        state::{PoolState, Registry, Snapshot, WorkloadState},
-    },
+    serve::state::{PoolState, Registry, RoleState, Snapshot, WorkloadState},
     sizing::{reactive::Decision, roles::RoleDecision, Policy},
 };
 

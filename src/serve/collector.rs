@@ -3,7 +3,7 @@
 //! reads the store, so a slow source never delays a decision.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::HashMap,
     net::{IpAddr, Ipv4Addr},
     sync::Arc,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -13,30 +13,19 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+pub use super::sinks::Sinks;
+use super::sinks::{report_invalid, WARN_EVERY};
 use crate::{
     fake_vllm::{server::SimServer, Fleet},
     sources::{
-        health::{EmptyQuery, SourceHealth},
         prometheus::PrometheusConfig,
         scrape::{ScrapeConfig, Scraper},
-        Invalid, Signal, SimulatedConfig, SourceConfig,
+        Signal, SimulatedConfig, SourceConfig,
     },
     store::Store,
     telemetry::Throttle,
     workload::{pods_series, series, Workload},
 };
-
-/// A source that stays down is logged once a minute per workload and kind
-/// of failure (with how many were held back), not once a poll; the
-/// `foresight_source_errors_total` counter still counts every one.
-pub(super) const WARN_EVERY: Duration = Duration::from_secs(60);
-
-/// Where a collector writes: history into the store, its own status beside it.
-#[derive(Clone)]
-pub struct Sinks {
-    pub store: Arc<Store>,
-    pub health: Arc<SourceHealth>,
-}
 
 /// Run one workload's source until `shutdown`.
 pub(crate) async fn run(workload: Arc<Workload>, sinks: Sinks, shutdown: CancellationToken) {
@@ -140,7 +129,7 @@ async fn simulated(
 async fn with_history(w: &Workload, c: &SimulatedConfig, store: &Arc<Store>) -> Result<Fleet, String> {
     let res = store.resolution();
     // The past starts on a bucket boundary, so each reading fills one bucket.
-    let now = super::decide::unix(SystemTime::now());
+    let now = crate::time::unix(SystemTime::now());
     let from = if c.backfill_secs > 0.0 {
         crate::sources::simulated::bucket_start(UNIX_EPOCH + Duration::from_secs_f64(now - c.backfill_secs), res)
     } else {
@@ -167,73 +156,6 @@ async fn with_history(w: &Workload, c: &SimulatedConfig, store: &Arc<Store>) -> 
     .await
     .map_err(|e| format!("computing simulated history: {e}"))
 }
-
-/// Count and report one poll's invalid readings (each already a gap, not a
-/// value): `/metrics` counts every one, `/api/v1/workloads` shows the
-/// latest under `source.invalid`, the log says so at most once a minute.
-/// `polled` are the signals this poll read; `invalid` those of them that failed.
-pub(super) fn note_invalid(
-    health: &SourceHealth,
-    key: &str,
-    polled: &[Signal],
-    invalid: &BTreeMap<Signal, Invalid>,
-    log: &mut Throttle,
-) {
-    let invalid = report_invalid(key, polled, invalid, log);
-    health.update(key, |h| {
-        h.invalid.retain(|s, _| !polled.contains(s));
-        h.invalid.extend(invalid);
-    });
-}
-
-/// The counting and logging of [`note_invalid`]: which of `polled` failed, and why.
-fn report_invalid(
-    key: &str,
-    polled: &[Signal],
-    invalid: &BTreeMap<Signal, Invalid>,
-    log: &mut Throttle,
-) -> Vec<(Signal, Invalid)> {
-    let invalid: Vec<(Signal, Invalid)> =
-        invalid.iter().filter(|(s, _)| polled.contains(s)).map(|(s, why)| (*s, *why)).collect();
-    for (s, why) in &invalid {
-        crate::telemetry::invalid_reading(key, s.as_str(), why.as_str());
-    }
-    if !invalid.is_empty() {
-        if let Some(held) = log.allow(Instant::now()) {
-            let each: Vec<String> = invalid.iter().map(|(s, why)| format!("{s}: {why}")).collect();
-            warn!(workload = %key, invalid = %each.join(", "), held_back = held, "readings failed the validity rule; kept as gaps");
-        }
-    }
-    invalid
-}
-
-/// Record whether `signal`'s instant query matched no series this poll: a
-/// run of empty answers is reported with the query (a wrong metric name or
-/// selector looks exactly like this), and logged once when it has lasted
-/// [`EMPTY_LOG_SECS`].
-pub(super) fn note_empty(health: &SourceHealth, key: &str, signal: Signal, query: &str, empty: bool, now: SystemTime) {
-    health.update(key, |h| {
-        if !empty {
-            if h.empty_queries.remove(&signal).is_some() {
-                info!(workload = %key, signal = %signal, "query matches series again");
-            }
-            return;
-        }
-        let e = h.empty_queries.entry(signal).or_insert_with(|| EmptyQuery {
-            query: query.to_string(),
-            since: now,
-            logged: false,
-        });
-        let secs = now.duration_since(e.since).unwrap_or_default().as_secs_f64();
-        if !e.logged && secs >= EMPTY_LOG_SECS {
-            e.logged = true;
-            warn!(workload = %key, signal = %signal, query = %e.query, secs = secs as u64, "query has matched no series; check the metric names and `selector`");
-        }
-    });
-}
-
-/// A query empty this long is logged (once per run of empty answers).
-const EMPTY_LOG_SECS: f64 = 300.0;
 
 /// The running collectors, restarted on reload when their workload changes:
 /// one per scraped or simulated workload, one per Prometheus source (its URL

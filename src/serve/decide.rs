@@ -15,6 +15,7 @@ use super::{
     refit::ForecastView,
     state::WorkloadState,
 };
+pub(super) use crate::time::unix;
 use crate::{
     config::SizingSettings,
     sizing::{
@@ -57,10 +58,6 @@ fn predictive_hold(input: &predictive::Input<'_>, past: &[Past], window: f64) ->
             ..*input
         })
     })
-}
-
-pub(super) fn unix(t: SystemTime) -> f64 {
-    t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// How much of the profile's batch a replica has shown it runs within the

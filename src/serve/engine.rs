@@ -23,8 +23,8 @@ use super::{
     decide::{blind_decision, decide, reactive_decision, unix},
     outcome::NoDecision,
     refit::{key_grid, settle_secs, ForecastView, Refitter},
-    spare::{self, PoolSpare},
-    state::{PoolState, Registry, SignalReading, WorkloadState},
+    spare,
+    state::{PoolSpare, PoolState, Registry, SignalReading, WorkloadState},
     timeline::{role_timeline, timeline},
     warmup::{self, Step, Warming},
 };
@@ -109,6 +109,17 @@ const SPARE_REFIT_SECS: u64 = 1800;
 impl Engine {
     pub fn new(settings: &Settings, registry: Arc<Registry>, store: Arc<Store>) -> Self {
         let refitter = Refitter::start(store.clone(), settings.forecast.refit_threads);
+        Engine::with_refitter(settings, registry, store, refitter)
+    }
+
+    /// The engine the simulator runs: the same one, fitting on the caller's
+    /// thread so a replay is deterministic and needs no wall clock.
+    pub(crate) fn inline(settings: &Settings, registry: Arc<Registry>, store: Arc<Store>) -> Self {
+        let refitter = Refitter::inline(store.clone());
+        Engine::with_refitter(settings, registry, store, refitter)
+    }
+
+    fn with_refitter(settings: &Settings, registry: Arc<Registry>, store: Arc<Store>, refitter: Refitter) -> Self {
         let forecast = Arc::new(settings.forecast.clone());
         let mut engine = Engine {
             slots: Vec::new(),
@@ -142,6 +153,13 @@ impl Engine {
         self.health = health;
         self.awaits_sources = true;
         self
+    }
+
+    /// Blocks until every queued refit has finished (tests stepping this
+    /// threaded engine beside an inline one).
+    #[cfg(test)]
+    pub(crate) fn wait_refits(&self) {
+        self.refitter.wait_idle();
     }
 
     fn cluster_view(&self) -> Option<Arc<ClusterView>> {

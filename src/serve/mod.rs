@@ -16,6 +16,7 @@ pub mod outcome;
 mod prom_poll;
 pub(crate) mod refit;
 pub mod roles;
+mod sinks;
 pub mod spare;
 pub mod state;
 mod timeline;

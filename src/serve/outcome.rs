@@ -188,3 +188,18 @@ mod tests {
         assert!(!stale(40.0, NoBridge::Off).same_kind(&NoDecision::ShadowStale));
     }
 }
+
+/// Why a role has no decision this tick: the scaler answers UNAVAILABLE.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RoleNoDecision {
+    #[error("no `{0}` reading yet")]
+    NoReading(Signal),
+    #[error("stale: the last `{signal}` reading is {age_secs:.0} s old (stale_after_secs {stale_after_secs})")]
+    Stale { signal: Signal, age_secs: f64, stale_after_secs: f64 },
+    #[error("requests are arriving but no `{0}` has been measured yet")]
+    NoLength(Signal),
+    #[error("the profile gives no capacity for this role")]
+    NoCapacity,
+    #[error(transparent)]
+    Sizing(#[from] crate::sizing::roles::RoleError),
+}

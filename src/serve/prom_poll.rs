@@ -28,17 +28,15 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{
-    collector::{note_empty, note_invalid, Sinks, WARN_EVERY},
-    decide::unix,
-};
+use super::sinks::{note_empty, note_invalid, Sinks, WARN_EVERY};
 use crate::{
     sources::{
-        prometheus::{bucket_values, chunks, Client, PromError, PrometheusConfig},
+        prometheus::{bucket_values, chunks, Client, PromError, PrometheusConfig, LATE_DATA_SECS},
         promql::{batch_selector, batchable, fill, keys, Key},
         Signal, SourceConfig,
     },
     telemetry::Throttle,
+    time::unix,
     workload::{series, Workload},
 };
 
@@ -47,12 +45,6 @@ const MAX_POINTS_PER_RESPONSE: usize = 1_000_000;
 
 /// Batches queried at once within a poll.
 const PARALLEL_QUERIES: usize = 4;
-
-/// A Prometheus-compatible server may still change a bucket this long after
-/// it ended: VictoriaMetrics answers for its newest 30 s (`-search.latencyOffset`)
-/// from samples not all searchable yet, remote write and Mimir or Thanos
-/// ingestion land late. Such buckets are read again each poll until older.
-pub(crate) const LATE_DATA_SECS: f64 = 120.0;
 
 fn at_unix(secs: f64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs_f64(secs.max(0.0))

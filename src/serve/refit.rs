@@ -25,7 +25,7 @@ use crate::{
         Forecaster, ForecasterConfig, QuantileForecast, Regime, Seasons, Series,
     },
     serve::outcome::RefitError,
-    serve::prom_poll::LATE_DATA_SECS,
+    sources::prometheus::LATE_DATA_SECS,
     sources::Signal,
     sources::SourceConfig,
     store::Store,
@@ -107,6 +107,19 @@ pub(crate) struct Done {
 pub(crate) struct Refitter {
     queue: Arc<Queue>,
     done: mpsc::Receiver<Done>,
+    /// Jobs submitted whose result has not been sent yet.
+    busy: Arc<std::sync::atomic::AtomicUsize>,
+    /// Fit on the caller's thread instead (the simulator, which has no wall
+    /// clock to race): the result still lands on the next tick, as a
+    /// worker's does when it finishes within a tick.
+    inline: Option<Inline>,
+}
+
+/// The state a worker keeps, held by the caller when fitting inline.
+struct Inline {
+    store: Arc<Store>,
+    selections: Mutex<Selections>,
+    done: std::cell::RefCell<VecDeque<Done>>,
 }
 
 /// Jobs waiting for a worker. Workers stop once the `Refitter` is dropped.
@@ -168,13 +181,14 @@ impl Refitter {
     pub(crate) fn start(store: Arc<Store>, threads: usize) -> Refitter {
         let threads = if threads == 0 { thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
         let queue = Arc::new(Queue::default());
+        let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (done_tx, done) = mpsc::channel();
         // Each series' selection, shared: a worker takes its entry out while it fits.
         let selections = Arc::new(Mutex::new(Selections::new()));
         let mut started = 0;
         for k in 0..threads {
-            let (queue, store, selections, done_tx) =
-                (queue.clone(), store.clone(), selections.clone(), done_tx.clone());
+            let (queue, store, selections, done_tx, busy) =
+                (queue.clone(), store.clone(), selections.clone(), done_tx.clone(), busy.clone());
             let spawned = thread::Builder::new().name(format!("foresight-refit-{k}")).spawn(move || {
                 lower_priority();
                 while let Some(job) = queue.pop() {
@@ -194,7 +208,9 @@ impl Refitter {
                         Ok(f) => debug!(workload = %key, signal = %signal, spare, at = %rfc3339(job.now), model = %f.model, fit_ms = f.fit_ms, "forecast refitted"),
                         Err(e) => debug!(workload = %key, error = %e, "no forecast"),
                     }
-                    if done_tx.send(Done { id, key, signal, spare, at: job.now, outcome }).is_err() {
+                    let sent = done_tx.send(Done { id, key, signal, spare, at: job.now, outcome });
+                    busy.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    if sent.is_err() {
                         return;
                     }
                 }
@@ -208,12 +224,44 @@ impl Refitter {
             // Without a worker, submitted jobs never finish: forecasts stay absent, decisions stay reactive.
             warn!("no forecast worker started; forecasts are off");
         }
-        Refitter { queue, done }
+        Refitter { queue, done, busy, inline: None }
+    }
+
+    /// A refitter with no threads: each job is fitted when submitted, and
+    /// its result is handed over by the next [`Refitter::finished`].
+    pub(crate) fn inline(store: Arc<Store>) -> Refitter {
+        let (_, done) = mpsc::channel();
+        let inline = Inline { store, selections: Mutex::new(Selections::new()), done: Default::default() };
+        Refitter { queue: Arc::default(), done, busy: Arc::default(), inline: Some(inline) }
     }
 
     /// Jobs waiting for a worker.
     pub(crate) fn waiting(&self) -> usize {
         lock(&self.queue.jobs).0.len()
+    }
+
+    /// Blocks until every submitted job's result is ready for
+    /// [`Refitter::finished`] (tests that step a threaded engine like an inline one).
+    #[cfg(test)]
+    pub(crate) fn wait_idle(&self) {
+        while self.busy.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    fn push(&self, job: Job) {
+        let Some(inline) = &self.inline else {
+            self.busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.queue.push(job);
+            return;
+        };
+        let at = selection_key(&job.key, job.signal, job.spare);
+        let mut selections = lock(&inline.selections);
+        let mut mine: Selections = selections.remove_entry(&at).into_iter().collect();
+        let outcome = refit(&inline.store, &job, &mut mine);
+        selections.extend(mine);
+        let (id, key, signal, spare, at) = (job.id, job.key, job.signal, job.spare, job.now);
+        inline.done.borrow_mut().push_back(Done { id, key, signal, spare, at, outcome });
     }
 
     /// Queue a refit of `w`'s `signal` as of grid point `now`; its [`Done`] carries `id`.
@@ -244,7 +292,7 @@ impl Refitter {
             lag_secs,
             settings: settings.clone(),
         };
-        self.queue.push(job);
+        self.push(job);
     }
 
     /// Queue a forecast of `w`'s target `lead_secs` ahead for the spare-capacity plan.
@@ -269,12 +317,15 @@ impl Refitter {
             lag_secs,
             settings: settings.clone(),
         };
-        self.queue.push(job);
+        self.push(job);
     }
 
     /// Refits finished since the last call.
     pub(crate) fn finished(&self) -> Vec<Done> {
-        self.done.try_iter().collect()
+        match &self.inline {
+            Some(inline) => inline.done.borrow_mut().drain(..).collect(),
+            None => self.done.try_iter().collect(),
+        }
     }
 }
 

@@ -4,65 +4,19 @@
 
 use std::{sync::Arc, time::SystemTime};
 
-use serde::Serialize;
 use tracing::{info, warn};
 
-use super::{
-    refit::ForecastView,
-    state::{metric_name, WorkloadState},
-};
+use super::{outcome::RoleNoDecision, refit::ForecastView, state::WorkloadState};
 use crate::{
-    capacity::WorkloadPlan,
     config::SizingSettings,
     sizing::{
         predictive::Stabiliser,
-        roles::{self, PartsForecast, RoleDecision, RoleError, RoleInput, RoleKind, TokenDemand},
+        roles::{self, PartsForecast, RoleDecision, RoleInput, TokenDemand},
         Policy,
     },
     sources::Signal,
     workload::{Role, Workload},
 };
-
-/// What Foresight says about one role.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct RoleState {
-    pub role: RoleKind,
-    /// The metric served for it: `foresight-<workload>-<role>-replicas`.
-    pub metric: String,
-    pub decision: Option<RoleDecision>,
-    /// Why there is no decision, when there is none.
-    #[serde(serialize_with = "super::outcome::ser_display")]
-    #[schema(value_type = Option<String>)]
-    pub error: Option<RoleNoDecision>,
-    /// Where the node plan puts this role's replicas (with `pools` configured).
-    pub(crate) placement: Option<WorkloadPlan>,
-}
-
-impl RoleState {
-    pub(crate) fn new(w: &Workload, r: &Role) -> Self {
-        RoleState { role: r.kind, metric: role_metric(&w.name, r.kind), decision: None, error: None, placement: None }
-    }
-}
-
-/// The metric a role's ScaledObject reads: `foresight-<workload>-<role>-replicas`.
-pub(crate) fn role_metric(workload: &str, role: RoleKind) -> String {
-    metric_name(&format!("{workload}-{role}"), "replicas")
-}
-
-/// Why a role has no decision this tick: the scaler answers UNAVAILABLE.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RoleNoDecision {
-    #[error("no `{0}` reading yet")]
-    NoReading(Signal),
-    #[error("stale: the last `{signal}` reading is {age_secs:.0} s old (stale_after_secs {stale_after_secs})")]
-    Stale { signal: Signal, age_secs: f64, stale_after_secs: f64 },
-    #[error("requests are arriving but no `{0}` has been measured yet")]
-    NoLength(Signal),
-    #[error("the profile gives no capacity for this role")]
-    NoCapacity,
-    #[error(transparent)]
-    Sizing(#[from] RoleError),
-}
 
 /// Decide every role of `w` into `state.roles`; `stabs` holds one stabiliser per role.
 pub(crate) fn decide_all(

@@ -5,15 +5,13 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
-
 use super::{
     decide::{forecast_from_now, predictive_input},
     refit::ForecastView,
-    state::WorkloadState,
+    state::{PoolSpare, WorkloadState},
 };
 use crate::{
-    capacity::{self, spare::Spare, Demand, PlanInput, Pool, Reservation},
+    capacity::{self, Demand, PlanInput, Pool, Reservation},
     config::SizingSettings,
     sizing::predictive,
     store::Store,
@@ -28,15 +26,6 @@ pub(super) struct Input<'a> {
     pub(super) forecast: Option<&'a Arc<ForecastView>>,
     /// The highest target reading over the same hours a day and a week ago.
     pub(super) floor: Option<f64>,
-}
-
-/// A pool's offers, and what they rest on.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct PoolSpare {
-    pub offers: Vec<Spare>,
-    /// Workloads with no hours-ahead forecast yet (or with roles), counted at
-    /// their current replicas throughout: the offers are only as good as that.
-    pub held_at_current: Vec<String>,
 }
 
 /// Offers per pool (in `pools` order), or `None` when off or without pools.

@@ -17,16 +17,18 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::{
-    capacity::{Plan, Pool, PoolPlan, Reservation, WorkloadPlan},
+    capacity::{spare::Spare, Plan, Pool, PoolPlan, Reservation, WorkloadPlan},
     serve::{
-        outcome::{ser_display, NoDecision, RefitError},
+        outcome::{ser_display, NoDecision, RefitError, RoleNoDecision},
         refit::ForecastView,
-        roles::RoleState,
-        spare::PoolSpare,
     },
-    sizing::{learned::Learned, reactive::Decision},
+    sizing::{
+        learned::Learned,
+        reactive::Decision,
+        roles::{RoleDecision, RoleKind},
+    },
     sources::{health::SourceStatus, Signal},
-    workload::Workload,
+    workload::{Role, Workload},
 };
 
 /// What Foresight currently says about one workload.
@@ -176,6 +178,41 @@ pub(crate) fn metric_name(workload: &str, suffix: &str) -> String {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
         .collect()
+}
+
+/// What Foresight says about one role.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct RoleState {
+    pub role: RoleKind,
+    /// The metric served for it: `foresight-<workload>-<role>-replicas`.
+    pub metric: String,
+    pub decision: Option<RoleDecision>,
+    /// Why there is no decision, when there is none.
+    #[serde(serialize_with = "ser_display")]
+    #[schema(value_type = Option<String>)]
+    pub error: Option<RoleNoDecision>,
+    /// Where the node plan puts this role's replicas (with `pools` configured).
+    pub(crate) placement: Option<WorkloadPlan>,
+}
+
+impl RoleState {
+    pub(crate) fn new(w: &Workload, r: &Role) -> Self {
+        RoleState { role: r.kind, metric: role_metric(&w.name, r.kind), decision: None, error: None, placement: None }
+    }
+}
+
+/// The metric a role's ScaledObject reads: `foresight-<workload>-<role>-replicas`.
+pub(crate) fn role_metric(workload: &str, role: RoleKind) -> String {
+    metric_name(&format!("{workload}-{role}"), "replicas")
+}
+
+/// A pool's offers, and what they rest on.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct PoolSpare {
+    pub offers: Vec<Spare>,
+    /// Workloads with no hours-ahead forecast yet (or with roles), counted at
+    /// their current replicas throughout: the offers are only as good as that.
+    pub held_at_current: Vec<String>,
 }
 
 fn ser_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {

@@ -13,6 +13,7 @@
 //! - [`headroom`]: a load multiplier learned from the measured queue wait
 //!   against the SLO's target.
 
+mod decision;
 pub(crate) mod headroom;
 pub mod learned;
 pub mod predictive;

@@ -32,7 +32,8 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use super::{reactive::Bound, Policy};
+pub use super::decision::{Binding, Sizing};
+use super::{decision::Bound, Policy};
 use crate::sources::Signal;
 
 /// Share of requests allowed to wait longer than the wait budget when no
@@ -92,44 +93,6 @@ pub(crate) struct Input<'a> {
     pub(crate) min_replicas: u32,
     pub(crate) max_replicas: u32,
     pub(crate) activation_threshold: f64,
-}
-
-/// What set the answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Binding {
-    /// The forecast peak over the look-ahead.
-    Forecast,
-    /// The live signal (plus its queue) needs more than the forecast.
-    Live,
-    /// Generated tokens per second need more than the request count.
-    Tokens,
-    /// An earlier, higher recommendation still inside the stabilisation window.
-    Stabilisation,
-    MinReplicas,
-    MaxReplicas,
-}
-
-/// A predictive decision and everything that went into it.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Sizing {
-    /// Replicas demand needs now (before min/max and stabilisation).
-    pub(crate) needed_replicas: u32,
-    /// Replicas needed at each forecast step (after min/max): the timeline pre-warming plans for.
-    pub timeline: Vec<u32>,
-    /// Seconds between timeline steps.
-    pub(crate) step_secs: f64,
-    pub forecast_peak: f64,
-    /// Seconds from now to the forecast peak.
-    pub(crate) peak_in_secs: f64,
-    pub quantile: f64,
-    pub(crate) live: f64,
-    pub(crate) live_replicas: u32,
-    /// The learned load multiplier applied to the forecast and the live load.
-    pub(crate) headroom: f64,
-    pub(crate) token_replicas: Option<u32>,
-    pub(crate) binding: Binding,
-    pub(crate) active: bool,
 }
 
 /// Replicas for a load of `load` target-signal units.
@@ -299,9 +262,9 @@ pub(crate) struct Outcome {
     pub(crate) per_replica: f64,
 }
 
-impl From<Outcome> for super::reactive::Decision {
+impl From<Outcome> for super::decision::Decision {
     fn from(o: Outcome) -> Self {
-        super::reactive::Decision {
+        super::decision::Decision {
             policy: o.policy,
             desired_replicas: o.desired_replicas,
             needed_replicas: o.sizing.needed_replicas,

@@ -6,8 +6,7 @@
 //! (signal above the activation threshold), which is what drives KEDA's
 //! 0 <-> 1 step for an external trigger.
 
-use serde::Serialize;
-
+pub(crate) use super::decision::{Bound, Decision};
 use super::Policy;
 
 /// What the rule needs.
@@ -21,38 +20,6 @@ pub(crate) struct Input {
     pub(crate) max_replicas: u32,
     /// Signal above which the workload counts as active.
     pub(crate) activation_threshold: f64,
-}
-
-/// Which bound, if any, changed the raw answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Bound {
-    MinReplicas,
-    MaxReplicas,
-}
-
-/// A sizing decision and why it was made.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Decision {
-    pub policy: Policy,
-    /// Replicas to run, after min/max.
-    pub desired_replicas: u32,
-    /// Replicas the demand alone asks for, before min/max.
-    pub(crate) needed_replicas: u32,
-    /// The load the decision was made for, in signal units.
-    pub(crate) load: f64,
-    /// Signal units one replica was taken to handle (the learned capacity when learning is on).
-    pub(crate) per_replica: f64,
-    pub active: bool,
-    /// The bound that changed the answer, if one did.
-    pub(crate) bound: Option<Bound>,
-    pub reason: String,
-    /// Predictive decisions: what set the answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub binding: Option<super::predictive::Binding>,
-    /// Predictive decisions: the forecast peak, live and token needs, and the replica timeline.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sizing: Option<super::predictive::Sizing>,
 }
 
 /// Apply the rule. Returns `None` when the input is unusable (a NaN, a

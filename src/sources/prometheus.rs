@@ -11,6 +11,12 @@
 //! 11,000 points per series) are split. A result with several series is
 //! summed per timestamp; an empty result is a gap, never a zero.
 
+/// A Prometheus-compatible server may still change a bucket this long after
+/// it ended: VictoriaMetrics answers for its newest 30 s (`-search.latencyOffset`)
+/// from samples not all searchable yet, remote write and Mimir or Thanos
+/// ingestion land late. Such buckets are read again each poll until older.
+pub(crate) const LATE_DATA_SECS: f64 = 120.0;
+
 use std::{
     collections::{BTreeMap, HashMap},
     time::{Duration, SystemTime, UNIX_EPOCH},
