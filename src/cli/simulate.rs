@@ -127,15 +127,17 @@ pub(crate) struct SimulateArgs {
     /// The arrival-blind yardstick's headrooms, comma separated.
     #[arg(long = "yardstick-headroom", value_delimiter = ',', default_value = "1,1.1,1.2,1.3,1.4,1.5,1.75,2")]
     pub(crate) yardstick_headrooms: Vec<f64>,
-    /// Forecast quantiles the predictive policy sizes for, comma separated: one predictive policy each.
-    #[arg(long = "quantile", value_delimiter = ',', default_value = "0.9")]
+    /// Forecast quantiles the predictive policy sizes for, comma separated:
+    /// one predictive policy each (default the config's `sizing.quantile`, 0.9).
+    #[arg(long = "quantile", value_delimiter = ',')]
     pub(crate) quantiles: Vec<f64>,
     /// The replica cap of every policy (default: the config workload's
     /// max_replicas, else 1.5x the replicas the trace's busiest minute needs).
     #[arg(long)]
     pub(crate) max_replicas: Option<u32>,
-    /// Pod start on a Ready node with the image cached (weights load and
-    /// engine warm-up; default the profile's image pull + weights load).
+    /// Pod start on a Ready node that has run the image before (weights load
+    /// and engine warm-up; default the profile's image pull + weights load).
+    /// A node that has not still pulls it: the profile's image pull + weights load.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub(crate) pod_start: Option<Duration>,
     /// History observed before the scored window (the forecaster's warm-up).
@@ -255,7 +257,7 @@ fn load_demand(args: &SimulateArgs) -> anyhow::Result<(Demand, String, Option<St
 }
 
 /// The profile the fleet really has, with the run's pod start and node boot.
-fn true_profile(args: &SimulateArgs) -> anyhow::Result<(Profile, bool)> {
+fn true_profile(args: &SimulateArgs) -> anyhow::Result<Profile> {
     let from_config = || -> anyhow::Result<Option<Profile>> {
         let Some(path) = &args.config else { return Ok(None) };
         let s = Settings::load(path)?;
@@ -265,27 +267,22 @@ fn true_profile(args: &SimulateArgs) -> anyhow::Result<(Profile, bool)> {
         };
         Ok(w.map(|w| w.profile.clone()))
     };
-    let (mut profile, given) = match &args.model_profile {
-        Some(p) => (load_profile(p).context("loading the model profile")?, true),
+    let mut profile = match &args.model_profile {
+        Some(p) => load_profile(p).context("loading the model profile")?,
         None => match from_config()? {
-            Some(p) => (p, false),
-            None => (load_profile("llama-3.1-8b-h100")?, false),
+            Some(p) => p,
+            None => load_profile("llama-3.1-8b-h100")?,
         },
     };
-    if let Some(d) = args.pod_start {
-        // A cached image: the pod start is the weights load and engine warm-up.
-        profile.cold_start_secs.image_pull = 0.0;
-        profile.cold_start_secs.weights_load = d.as_secs_f64();
-    }
     if let Some(d) = args.node_boot {
         profile.cold_start_secs.node_boot = d.as_secs_f64();
     }
-    Ok((profile, given))
+    Ok(profile)
 }
 
 /// Run the comparison and print a table (or JSON) to `out`.
 pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let (profile, profile_given) = true_profile(args)?;
+    let profile = true_profile(args)?;
     let (full, trace_name, token_mix_note) = load_demand(args)?;
     let mix = full.mix;
     let warm = (args.warmup.as_secs() / 60) as usize;
@@ -310,7 +307,11 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
         reserved_nodes: args.reserved_nodes,
         reserved_price_per_node_hour: args.reserved_price,
     };
-    let mut cap = Capacity::new(&profile, mix, &pool)?;
+    let pod_start = |c: Capacity| match args.pod_start {
+        Some(d) => c.with_pod_start(d.as_secs_f64()),
+        None => c,
+    };
+    let mut cap = pod_start(Capacity::new(&profile, mix, &pool)?);
     // One replica cap for every policy.
     let peak = full.rate.iter().copied().filter(|r| r.is_finite()).fold(0.0, f64::max);
     let config_cap = match &args.config {
@@ -340,7 +341,7 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
         p.generation_tokens_per_sec = p.generation_tokens_per_sec.map(|g| g * args.profile_error);
         p
     };
-    let mut told = Capacity::new(&told_profile, mix, &pool)?;
+    let mut told = pod_start(Capacity::new(&told_profile, mix, &pool)?);
     told.max_replicas = max_replicas;
     let cfg = SimConfig { seed: args.seed, step_secs: args.step, ..SimConfig::default() };
     let policies = build_policies(
@@ -349,7 +350,6 @@ pub(crate) fn run_simulate(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::
             cap: &cap,
             told: &told,
             told_profile: &told_profile,
-            profile_given,
             pool: &pool,
             cfg: &cfg,
             window: &window,
@@ -417,7 +417,6 @@ struct PolicyInputs<'a> {
     /// What the policies are told.
     told: &'a Capacity,
     told_profile: &'a Profile,
-    profile_given: bool,
     pool: &'a Pool,
     cfg: &'a SimConfig,
     window: &'a Demand,
@@ -475,17 +474,21 @@ fn build_policies(args: &SimulateArgs, i: &PolicyInputs<'_>) -> anyhow::Result<V
                 }
             }
             PolicyName::Predictive => {
-                for q in &args.quantiles {
+                let quantiles: Vec<Option<f64>> = if args.quantiles.is_empty() {
+                    vec![None]
+                } else {
+                    args.quantiles.iter().copied().map(Some).collect()
+                };
+                for q in quantiles {
                     let config = args.config.as_deref().map(Settings::load).transpose()?;
                     let settings = settings(
                         config,
                         &SettingsInput {
                             workload: args.workload.as_deref(),
                             told: i.told_profile,
-                            profile_given: i.profile_given,
                             target,
                             max_replicas: i.max_replicas,
-                            quantile: *q,
+                            quantile: q,
                             learn_capacity: args.learn_capacity,
                             spare_horizon_secs: args.spare_horizon.map(|d| d.as_secs()),
                             pool: i.pool,
@@ -494,8 +497,9 @@ fn build_policies(args: &SimulateArgs, i: &PolicyInputs<'_>) -> anyhow::Result<V
                         },
                     )?;
                     let learns = if settings.sizing.learn_capacity { ", learned capacity" } else { "" };
-                    let name = format!("predictive(p{}{learns})", (q * 1000.0).round() / 10.0);
-                    let p = Shipped::new(name, &settings, i.history, i.history_start, i.cap)?;
+                    let name = format!("predictive(p{}{learns})", (settings.sizing.quantile * 1000.0).round() / 10.0);
+                    let spare = args.spare_horizon.map(|d| d.as_secs());
+                    let p = Shipped::scoring_spare(name, &settings, i.history, i.history_start, i.cap, spare)?;
                     // Foresight stabilises scale-down itself, so its ScaledObject sets the
                     // HPA's window to 0 (deploy/keda/scaledobject.yaml).
                     let hpa = HpaConfig { scale_down_window_secs: 0.0, ..HpaConfig::default() };

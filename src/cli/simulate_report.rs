@@ -128,12 +128,15 @@ fn reading(out: &mut dyn Write, on: &str, r: &Reading, oracle: Option<f64>) -> a
         } else {
             format!("dominated by {}", j.dominated_by.join(", "))
         };
+        let saving = match j.saving_vs_reactive {
+            Some(v) => format!("saves {} against the reactive frontier there", pct(Some(v))),
+            None => "outside the reactive frontier's range (none to compare at its SLO)".to_string(),
+        };
         writeln!(
             out,
-            "  {} at {:.2}% of minutes: saves {} against the reactive frontier there, costs {}x the arrival-blind yardstick; {dominated}",
+            "  {} at {:.2}% of minutes: {saving}, costs {}x the arrival-blind yardstick; {dominated}",
             j.policy,
             j.minutes_met * 100.0,
-            pct(j.saving_vs_reactive),
             x(j.vs_yardstick)
         )?;
     }

@@ -14,6 +14,8 @@ pub(super) struct Fleet {
     /// Replicas asked for that no ready node has room for yet.
     pending: u32,
     nodes_ready: u32,
+    /// Ready nodes that have run the image (a pod starts faster there).
+    cached_nodes: u32,
     /// Nodes provisioning, each with the time it becomes ready.
     booting: Vec<f64>,
     node_stab: Stabiliser,
@@ -31,6 +33,7 @@ impl Fleet {
             starting: Vec::new(),
             pending: 0,
             nodes_ready,
+            cached_nodes: nodes_ready,
             booting: Vec::new(),
             node_stab: Stabiliser::default(),
             warm: 0,
@@ -78,11 +81,16 @@ impl Fleet {
     /// One step at `t`: the cluster autoscaler, then scheduling and readiness.
     pub(super) fn step(&mut self, t: f64, cap: &Capacity, pool: &Pool, node_scale_down_secs: f64) {
         self.autoscale_nodes(t, cap, pool, node_scale_down_secs);
-        let free = cap.replicas_on(self.nodes_ready).saturating_sub(self.ready + self.starting.len() as u32);
+        let on_nodes = self.placed();
+        let free = cap.replicas_on(self.nodes_ready).saturating_sub(on_nodes);
         let placed = free.min(self.pending);
+        // Nodes that have run the image first; the rest pull it.
+        let fast = cap.replicas_on(self.cached_nodes).saturating_sub(on_nodes).min(placed);
         self.pending -= placed;
         self.cold_starts += u64::from(placed);
-        self.starting.extend(std::iter::repeat_n(t + cap.pod_start_secs, placed as usize));
+        self.starting.extend(std::iter::repeat_n(t + cap.pod_start_secs, fast as usize));
+        self.starting.extend(std::iter::repeat_n(t + cap.pod_start_new_node_secs, (placed - fast) as usize));
+        self.cached_nodes = self.cached_nodes.max(cap.nodes_for(on_nodes + placed)).min(self.nodes_ready);
         let ready = &mut self.ready;
         self.starting.retain(|at| {
             let up = *at <= t;
@@ -114,6 +122,8 @@ impl Fleet {
                 remove -= 1;
             }
             self.nodes_ready -= remove.min(self.nodes_ready);
+            // Nodes removed are the ones no replica needs: the cached ones go last.
+            self.cached_nodes = self.cached_nodes.min(self.nodes_ready);
         }
         let nodes_ready = &mut self.nodes_ready;
         self.booting.retain(|at| {

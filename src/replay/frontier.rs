@@ -53,12 +53,12 @@ pub fn frontier(points: &[Point]) -> Vec<Point> {
 }
 
 /// GPU-hours the frontier needs to meet `minutes` (linear between its
-/// points); the cheapest point at or above it when `minutes` is below them
-/// all; `None` when no point reaches it.
+/// points); `None` outside its range (no point reaches it, or every point
+/// meets more: comparing with a run that serves better would flatter the cheaper one).
 pub fn cost_at(frontier: &[Point], minutes: f64) -> Option<f64> {
     let i = frontier.iter().position(|p| p.0 >= minutes)?;
     if i == 0 {
-        return Some(frontier[0].1);
+        return (frontier[0].0 - minutes <= 1e-12).then_some(frontier[0].1);
     }
     let (a, b) = (frontier[i - 1], frontier[i]);
     let w = if b.0 > a.0 { (minutes - a.0) / (b.0 - a.0) } else { 1.0 };
@@ -80,7 +80,7 @@ pub struct Judged {
     pub dominated_by: Vec<String>,
 }
 
-/// Each family's cost at an SLO level.
+/// Each family's cheapest run that meets at least an SLO level.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Level {
     pub minutes_met: f64,
@@ -137,15 +137,16 @@ pub fn read(reports: &[&Report], cost: impl Fn(&Report) -> f64) -> Reading {
             }
         })
         .collect();
+    let reaching = |edge: &[Point], l: f64| edge.iter().find(|p| p.0 >= l).map(|p| p.1);
     let levels = LEVELS
         .iter()
         .map(|&l| Level {
             minutes_met: l,
-            reactive: cost_at(&reactive, l),
-            static_fleet: cost_at(&stat, l),
-            predictive: cost_at(&pred, l),
-            yardstick: cost_at(&yard, l),
-            oracle: cost_at(&oracle, l),
+            reactive: reaching(&reactive, l),
+            static_fleet: reaching(&stat, l),
+            predictive: reaching(&pred, l),
+            yardstick: reaching(&yard, l),
+            oracle: reaching(&oracle, l),
         })
         .collect();
     Reading { predictive, levels }
@@ -162,8 +163,9 @@ mod tests {
         assert_eq!(f, vec![(0.99, 10.0), (0.998, 11.0), (0.999, 15.0)]);
         // Halfway between 0.99 and 0.998: halfway between their costs.
         assert!((cost_at(&f, 0.994).unwrap() - 10.5).abs() < 1e-9);
-        // Below every point: the cheapest that reaches it; above them all: none.
-        assert_eq!(cost_at(&f, 0.95), Some(10.0));
+        // Below every point or above them all: none.
+        assert_eq!(cost_at(&f, 0.95), None);
+        assert_eq!(cost_at(&f, 0.99), Some(10.0));
         assert_eq!(cost_at(&f, 0.9995), None);
     }
 }

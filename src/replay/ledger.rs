@@ -7,17 +7,17 @@ use std::collections::VecDeque;
 use super::{fleet::Fleet, fluid::Queue, Capacity, Demand, Minute, Pool, Report, Run, SimConfig};
 
 /// The windows behind an [`super::Observation`]: arrivals over the rate
-/// window, and the queue waits of the requests admitted over it (what
-/// vLLM's queue-time histogram shows).
+/// window, and what a scrape shows of the poll that just ended (vLLM's
+/// counters and histograms since the last scrape): the requests admitted,
+/// and their queue waits.
 pub(super) struct Windows {
     dt: f64,
     window_steps: usize,
     recent: VecDeque<f64>,
     recent_sum: f64,
     poll_secs: f64,
-    rate_window_secs: f64,
-    /// Queue waits (seconds, requests) of each poll over the rate window, and of the open poll.
-    wait_polls: VecDeque<Vec<(f64, f64)>>,
+    /// Queue waits (seconds, requests) of the last closed poll, and of the open one.
+    last_waits: Vec<(f64, f64)>,
     waits: Vec<(f64, f64)>,
 }
 
@@ -30,8 +30,7 @@ impl Windows {
             recent: VecDeque::with_capacity(window_steps + 1),
             recent_sum: 0.0,
             poll_secs: cfg.poll_secs,
-            rate_window_secs: cfg.rate_window_secs,
-            wait_polls: VecDeque::new(),
+            last_waits: Vec::new(),
             waits: Vec::new(),
         }
     }
@@ -52,17 +51,21 @@ impl Windows {
 
     /// A poll is due: close the poll that just ended.
     pub(super) fn close_poll(&mut self) {
-        self.wait_polls.push_back(std::mem::take(&mut self.waits));
-        if self.wait_polls.len() as f64 * self.poll_secs > self.rate_window_secs {
-            self.wait_polls.pop_front();
-        }
+        self.last_waits = std::mem::take(&mut self.waits);
     }
 
-    /// The 99th percentile queue wait of the requests admitted over the
-    /// window (NaN before any): what vLLM's `request_queue_time_seconds` shows.
+    /// The 99th percentile queue wait of the requests admitted in the last
+    /// poll (NaN if none): what vLLM's `request_queue_time_seconds` shows
+    /// between two scrapes.
     pub(super) fn wait_p99(&self) -> f64 {
-        let mut all: Vec<(f64, f64)> = self.wait_polls.iter().flatten().copied().collect();
-        quantile(&mut all, 0.99)
+        quantile(&mut self.last_waits.clone(), 0.99)
+    }
+
+    /// Requests admitted per second in the last poll: what the request
+    /// counter's increase between two scrapes shows (completions, which
+    /// follow admissions by a service time).
+    pub(super) fn admitted_rate(&self) -> f64 {
+        self.last_waits.iter().map(|w| w.1).sum::<f64>() / self.poll_secs
     }
 
     /// Arrivals per second over the rate window.
@@ -158,8 +161,9 @@ impl Ledger {
         self.minute_served += n;
     }
 
-    /// `n` requests that arrived at `at` gave up: finished, and a miss.
-    pub(super) fn dropped(&mut self, at: f64, n: f64) {
+    /// `n` requests that arrived at `at` gave up after waiting `wait`: finished, and a miss.
+    pub(super) fn dropped(&mut self, at: f64, n: f64, wait: f64) {
+        self.waits.push((wait, n));
         self.done[(at / 60.0) as usize] += n;
         self.dropped += n;
         self.minute_dropped += n;
@@ -210,8 +214,11 @@ impl Ledger {
         });
         (self.minute_arrived, self.minute_served, self.minute_dropped) = (0.0, 0.0, 0.0);
         if (minute + 1) % (WAIT_WINDOW_SECS / 60.0) as usize == 0 {
+            // Windows in which no request finished (admitted or gave up) have no wait to report.
             let p99 = quantile(&mut self.waits, 0.99);
-            self.wait_p99s.push(if p99.is_nan() { 0.0 } else { p99 });
+            if p99.is_finite() {
+                self.wait_p99s.push(p99);
+            }
             self.waits.clear();
         }
     }

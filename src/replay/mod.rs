@@ -101,8 +101,10 @@ pub struct Capacity {
     pub(crate) nodes_per_replica: u32,
     pub(crate) gpus_per_node: u32,
     pub(crate) node_boot_secs: f64,
-    /// Image pull + weights load.
+    /// Pod start on a Ready node that has the image (weights load and engine warm-up).
     pub(crate) pod_start_secs: f64,
+    /// Pod start on a node that has never run the image: its pull too.
+    pub(crate) pod_start_new_node_secs: f64,
     pub(crate) min_replicas: u32,
     pub(crate) max_replicas: u32,
 }
@@ -147,6 +149,7 @@ impl Capacity {
             gpus_per_node: pool.gpus_per_node,
             node_boot_secs: pool.provisioning_secs,
             pod_start_secs: profile.pod_start_secs(),
+            pod_start_new_node_secs: profile.pod_start_secs(),
             min_replicas: 1,
             max_replicas: 10_000,
         })
@@ -192,9 +195,17 @@ impl Capacity {
         }
     }
 
-    /// Cold start on a node that has to boot first.
+    /// Cold start on a node that has to boot first (and pull the image).
     pub fn cold_start_secs(&self) -> f64 {
-        self.node_boot_secs + self.pod_start_secs
+        self.node_boot_secs + self.pod_start_new_node_secs
+    }
+
+    /// With pods starting in `secs` on a Ready node that has the image; one
+    /// that must pull it still takes the profile's image pull + weights load.
+    pub fn with_pod_start(mut self, secs: f64) -> Capacity {
+        self.pod_start_secs = secs;
+        self.pod_start_new_node_secs = self.pod_start_new_node_secs.max(secs);
+        self
     }
 }
 
@@ -355,7 +366,9 @@ pub fn simulate(
     // Start in a steady state: the oracle's fleet for the first minute, on ready nodes.
     let ready = cap.replicas_for_rate(demand.rate_at(0.0)).max(cap.min_replicas);
     let mut fleet = Fleet::new(ready, cap.nodes_for(ready).max(pool.reserved_nodes));
+    // ... already serving the first minute's load: its slots busy, as in a running fleet.
     let mut queue = Queue::default();
+    queue.busy = (demand.rate_at(0.0) * cap.service_secs).min(f64::from(ready) * cap.slots);
     let mut seen = Windows::new(cfg);
     let mut ledger = Ledger::new(minutes, ready);
 
@@ -382,6 +395,7 @@ pub fn simulate(
                 waiting: queue.queued,
                 ready: f64::from(fleet.ready),
                 arrival_rate: seen.arrival_rate(),
+                admitted_rate: if i > 0 { seen.admitted_rate() } else { f64::NAN },
             };
             let d = policy.decide(&obs);
             let target = match hpa.as_mut() {
@@ -400,7 +414,7 @@ pub fn simulate(
                     ledger.admitted(at, n, t - at, in_budget);
                     seen.admitted(n, t - at);
                 }
-                Event::Dropped { at, n } => ledger.dropped(at, n),
+                Event::Dropped { at, n } => ledger.dropped(at, n, t - at),
             }
         });
         ledger.step(dt, cap, pool, &fleet, &queue);

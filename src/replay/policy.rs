@@ -27,8 +27,11 @@ pub struct Observation {
     pub(crate) ready: f64,
     /// Replicas the Deployment asks for now (what the HPA keeps without an answer).
     pub(crate) spec: u32,
-    /// The 99th percentile queue wait over the rate window, seconds (NaN: none admitted).
+    /// The 99th percentile queue wait of the requests admitted since the last poll, seconds (NaN: none).
     pub(crate) wait_p99: f64,
+    /// Requests admitted per second since the last poll (NaN at the first):
+    /// what vLLM's request counter shows between scrapes.
+    pub(crate) admitted_rate: f64,
     /// Arrivals per second over the rate window (like `rate(...[1m])`).
     pub(crate) arrival_rate: f64,
 }

@@ -25,6 +25,10 @@ use crate::{
     workload::{pods_series, series},
 };
 
+/// KEDA's `fallback` in the shipped ScaledObject: `failureThreshold` and `replicas`.
+const FALLBACK_AFTER: u32 = 3;
+const FALLBACK_REPLICAS: u32 = 4;
+
 /// The spare-capacity offers read from the engine: the lease length, each
 /// offer (seconds into the run, nodes), and when the next is due.
 type Offers = (u64, Vec<(f64, u32)>, f64);
@@ -42,6 +46,10 @@ pub struct Shipped {
     spare: Option<Offers>,
     /// Whether the source counts pods: scraped ones do, a Prometheus source does not.
     counts_pods: bool,
+    /// The signals the workload's source records (the engine reads only these).
+    signals: Vec<Signal>,
+    /// Polls in a row with no answer, for KEDA's fallback.
+    failing: u32,
     /// Polls with no answer (the scaler would say UNAVAILABLE; the HPA keeps the replicas it has).
     pub(crate) unanswered: u64,
     /// The engine's reason for its last answer, or why it had none.
@@ -58,6 +66,19 @@ impl Shipped {
         history: &[f64],
         history_start: i64,
         cap: &Capacity,
+    ) -> Result<Shipped, SimError> {
+        Shipped::scoring_spare(name, settings, history, history_start, cap, None)
+    }
+
+    /// As [`Shipped::new`], also reading the engine's spare-capacity offer
+    /// for leases of `score_spare` seconds every hour, to be scored against the run.
+    pub fn scoring_spare(
+        name: String,
+        settings: &Settings,
+        history: &[f64],
+        history_start: i64,
+        cap: &Capacity,
+        score_spare: Option<u64>,
     ) -> Result<Shipped, SimError> {
         let [w] = settings.workloads.as_slice() else {
             return Err(SimError::Input(format!(
@@ -85,7 +106,7 @@ impl Shipped {
         let key = w.key();
         let registry = Registry::new();
         let engine = Engine::inline(settings, registry.clone(), store.clone());
-        let spare = settings.sizing.spare_horizons_secs.first().map(|h| (*h, Vec::new(), 0.0));
+        let spare = score_spare.map(|h| (h, Vec::new(), 0.0));
         let counts_pods = !matches!(w.source, crate::sources::SourceConfig::Prometheus(_));
         Ok(Shipped {
             engine,
@@ -96,6 +117,8 @@ impl Shipped {
             cap: cap.clone(),
             spare,
             counts_pods,
+            signals: w.signals.clone(),
+            failing: 0,
             unanswered: 0,
             reason: String::new(),
         })
@@ -110,11 +133,12 @@ impl Shipped {
         pods: Option<f64>,
     ) -> Option<crate::sizing::reactive::Decision> {
         let now = at(now_unix);
-        for (s, v) in readings {
+        // As a collector records them: the workload's signals, the pods answering as the latest value.
+        for (s, v) in readings.iter().filter(|(s, v)| self.signals.contains(s) && v.is_finite()) {
             self.store.record(&series(&self.key, *s), now, *v);
         }
         if let Some(p) = pods.filter(|_| self.counts_pods) {
-            self.store.record(&pods_series(&self.key), now, p);
+            self.store.set_latest(&pods_series(&self.key), now, p);
         }
         self.engine.tick(now);
         let snap = self.registry.load();
@@ -133,10 +157,13 @@ impl Shipped {
         self.registry.load().get(&self.key).map(|s| s.as_ref().clone()).expect("the workload is published")
     }
 
-    /// Warm nodes the engine's plan asks for beyond what runs (its placeholder pods).
-    fn warm_nodes(&self) -> u32 {
+    /// Nodes the engine's plan keeps warm beyond those `replicas` occupy
+    /// (its placeholder pods). The plan counts the pods serving, so starting
+    /// replicas are inside its figure: only what exceeds the Deployment's is extra.
+    fn warm_nodes(&self, replicas: u32) -> u32 {
         let snap = self.registry.load();
-        snap.plan.as_ref().map_or(0, |p| p.pools.iter().map(|pp| pp.buffer_nodes).sum())
+        let warm: u32 = snap.plan.as_ref().map_or(0, |p| p.pools.iter().map(|pp| pp.warm_nodes).sum());
+        warm.saturating_sub(self.cap.nodes_for(replicas))
     }
 }
 
@@ -171,16 +198,17 @@ pub(crate) fn backfill(
 }
 
 /// The readings a vLLM fleet in the state `o` shows (summed over pods, as
-/// Foresight's sources give them): in flight, running, waiting, the rates,
-/// the mix, the p99 queue wait and inter-token latency.
+/// Foresight's sources give them): in flight, running, waiting, the rates
+/// and queue-wait p99 since the last scrape, the mix, the inter-token latency.
+/// A reading that is not a number (a rate at the first poll) is left out.
 pub(crate) fn readings(o: &Observation, cap: &Capacity) -> Vec<(Signal, f64)> {
     let mut r = vec![
         (Signal::Concurrency, o.running + o.waiting),
         (Signal::Running, o.running),
         (Signal::QueueDepth, o.waiting),
-        (Signal::RequestRate, o.arrival_rate),
+        (Signal::RequestRate, o.admitted_rate),
         (Signal::GenerationTokensRate, o.running / cap.itl_secs),
-        (Signal::PromptTokensRate, o.arrival_rate * cap.prompt_tokens),
+        (Signal::PromptTokensRate, o.admitted_rate * cap.prompt_tokens),
         (Signal::PromptTokensPerRequest, cap.prompt_tokens),
         (Signal::GenerationTokensPerRequest, cap.output_tokens),
     ];
@@ -234,15 +262,17 @@ fn at(unix: f64) -> SystemTime {
 pub struct SettingsInput<'a> {
     /// Which of its workloads (default: the only one, or the first).
     pub workload: Option<&'a str>,
-    /// The profile the workload is told (with `--profile-error` applied).
+    /// The profile the workload is told: the config workload's or
+    /// `--model-profile`, with `--node-boot` and `--profile-error` applied.
     pub told: &'a Profile,
-    /// Whether `told` came from `--model-profile` (wins over the config's).
-    pub profile_given: bool,
+    /// Without a config: the workload's target signal.
     pub target: Signal,
     pub max_replicas: u32,
-    pub quantile: f64,
+    /// The sizing quantile, when set (else the config's `sizing.quantile`).
+    pub quantile: Option<f64>,
     /// `sizing.learn_capacity`, when set (else the config's).
     pub learn_capacity: Option<bool>,
+    /// Lease lengths of the spare-capacity forecast, when set (else the config's).
     pub spare_horizon_secs: Option<u64>,
     /// The simulated pool, planned as `serve` plans its pools when the config has none.
     pub pool: &'a super::Pool,
@@ -252,16 +282,17 @@ pub struct SettingsInput<'a> {
 }
 
 /// Foresight's settings for the replay: the config's (`config`, else the
-/// shipped defaults), its one simulated workload with the told profile and
-/// the run's replica cap, the predictive policy at `quantile`. The fleet is
-/// one Deployment, so roles are left out.
+/// shipped defaults for one workload, with the deployed ScaledObject's
+/// `minReplicaCount: 1`), its one simulated workload with the told profile
+/// and the run's replica cap, on the predictive policy. The fleet is one
+/// Deployment, so roles are left out; Kubernetes inputs are off.
 pub fn settings(config: Option<Settings>, i: &SettingsInput<'_>) -> Result<Settings, SimError> {
     let given = config.is_some();
     let mut s = match config {
         Some(s) => s,
         None => {
             let yaml = format!(
-                "workloads:\n  - name: sim\n    model: llama-3.1-8b-h100\n    target: {{signal: {}}}\n    source: {{scrape: {{targets: ['http://127.0.0.1:9/metrics']}}}}\n",
+                "workloads:\n  - name: sim\n    model: llama-3.1-8b-h100\n    min_replicas: 1\n    target: {{signal: {}}}\n    source: {{scrape: {{targets: ['http://127.0.0.1:9/metrics']}}}}\n",
                 i.target
             );
             Settings::from_yaml(&yaml, "simulate defaults", std::path::Path::new("."))
@@ -276,24 +307,26 @@ pub fn settings(config: Option<Settings>, i: &SettingsInput<'_>) -> Result<Setti
         None => s.workloads.first().ok_or_else(|| SimError::Input("the config has no workloads".into()))?,
     };
     let mut w: Workload = w.as_ref().clone();
-    if !given || i.profile_given {
-        w.profile = i.told.clone();
+    // A per-replica target left to the profile follows the told one.
+    if !given || (w.target.per_replica - w.profile.concurrency_per_replica).abs() < 1e-9 {
+        w.target.per_replica = i.told.concurrency_per_replica;
     }
-    if !given {
-        w.target.per_replica = w.profile.concurrency_per_replica;
-    }
+    w.profile = i.told.clone();
     w.max_replicas = i.max_replicas;
     w.min_replicas = w.min_replicas.min(i.max_replicas);
     w.roles.clear();
     s.workloads = vec![std::sync::Arc::new(w)];
     s.sizing.policy = Rule::Predictive;
-    s.sizing.quantile = i.quantile;
-    if !s.forecast.quantiles.iter().any(|q| (q - i.quantile).abs() < 1e-9) {
-        s.forecast.quantiles.push(i.quantile);
+    let q = i.quantile.unwrap_or(s.sizing.quantile);
+    s.sizing.quantile = q;
+    if !s.forecast.quantiles.iter().any(|have| (have - q).abs() < 1e-9) {
+        s.forecast.quantiles.push(q);
         s.forecast.quantiles.sort_by(f64::total_cmp);
     }
     s.sizing.learn_capacity = i.learn_capacity.unwrap_or(s.sizing.learn_capacity);
-    s.sizing.spare_horizons_secs = i.spare_horizon_secs.into_iter().collect();
+    if let Some(h) = i.spare_horizon_secs {
+        s.sizing.spare_horizons_secs = vec![h];
+    }
     s.kubernetes = None;
     if s.pools.is_empty() {
         let gpu = s.workloads[0].profile.gpu_type.clone();
@@ -352,13 +385,24 @@ impl Policy for Shipped {
             offers.push((o.t, n));
             *next = o.t + 3600.0;
         }
-        match decided {
-            Some(d) => Decision { replicas: d.desired_replicas, warm_nodes: self.warm_nodes() },
+        let replicas = match decided {
+            Some(d) => {
+                self.failing = 0;
+                d.desired_replicas
+            }
+            // KEDA's fallback as deploy/keda/scaledobject.yaml sets it: after three failed
+            // queries, its replicas; before, the HPA keeps what it has.
             None => {
                 self.unanswered += 1;
-                Decision { replicas: o.spec, warm_nodes: self.warm_nodes() }
+                self.failing += 1;
+                if self.failing >= FALLBACK_AFTER {
+                    FALLBACK_REPLICAS
+                } else {
+                    o.spec
+                }
             }
-        }
+        };
+        Decision { replicas, warm_nodes: self.warm_nodes(replicas) }
     }
 
     fn reason(&self) -> Option<String> {

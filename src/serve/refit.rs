@@ -258,7 +258,11 @@ impl Refitter {
         let at = selection_key(&job.key, job.signal, job.spare);
         let mut selections = lock(&inline.selections);
         let mut mine: Selections = selections.remove_entry(&at).into_iter().collect();
-        let outcome = refit(&inline.store, &job, &mut mine);
+        let outcome =
+            panic::catch_unwind(AssertUnwindSafe(|| refit(&inline.store, &job, &mut mine))).unwrap_or_else(|_| {
+                mine.clear();
+                Err(RefitError::Panicked)
+            });
         selections.extend(mine);
         let (id, key, signal, spare, at) = (job.id, job.key, job.signal, job.spare, job.now);
         inline.done.borrow_mut().push_back(Done { id, key, signal, spare, at, outcome });
