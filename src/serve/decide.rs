@@ -70,6 +70,23 @@ fn capacity_scale(w: &Workload, state: &WorkloadState) -> f64 {
     state.capacity.map_or(1.0, |l| l.per_replica / l.prior).clamp(1.0 / 16.0, 16.0)
 }
 
+/// Did the replicas meet their SLO, for learning capacity: `Some(false)`
+/// when the queue wait missed or the p90 inter-token latency is past the
+/// profile's `slo.itl_secs`; `Some(true)` only when the wait held and, if the
+/// profile states an ITL target, the ITL was measured within it. A fleet
+/// whose ITL is not read never teaches that it takes more than the profile:
+/// vLLM admits up to `max_num_seqs` with no queue at all while every token
+/// slows down, and a wait alone would learn that batch as capacity.
+pub(super) fn slo_held(w: &Workload, wait_late: bool, itl_p90: Option<f64>) -> Option<bool> {
+    let itl_target = w.profile.slo.as_ref().map(|s| s.itl_secs);
+    match (wait_late, itl_target, itl_p90.filter(|v| v.is_finite())) {
+        (true, _, _) => Some(false),
+        (false, Some(target), Some(itl)) => Some(itl <= target),
+        (false, Some(_), None) => None,
+        (false, None, _) => Some(true),
+    }
+}
+
 /// Signal units one replica handles: the configured target, scaled by what
 /// was learned when the target is a load that grows with the batch (requests
 /// or tokens); a share such as `kv_cache_usage`, or a latency, is not scaled.

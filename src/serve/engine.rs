@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{
-    decide::{blind_decision, decide, reactive_decision, unix},
+    decide::{blind_decision, decide, reactive_decision, slo_held, unix},
     outcome::NoDecision,
     refit::{key_grid, settle_secs, ForecastView, Refitter},
     spare,
@@ -629,23 +629,6 @@ impl Engine {
                 }
             }
         }
-    }
-}
-
-/// Did the replicas meet their SLO, for learning capacity: `Some(false)`
-/// when the queue wait missed or the p90 inter-token latency is past the
-/// profile's `slo.itl_secs`; `Some(true)` only when the wait held and, if the
-/// profile states an ITL target, the ITL was measured within it. A fleet
-/// whose ITL is not read never teaches that it takes more than the profile:
-/// vLLM admits up to `max_num_seqs` with no queue at all while every token
-/// slows down, and a wait alone would learn that batch as capacity.
-fn slo_held(w: &Workload, wait_late: bool, itl_p90: Option<f64>) -> Option<bool> {
-    let itl_target = w.profile.slo.as_ref().map(|s| s.itl_secs);
-    match (wait_late, itl_target, itl_p90.filter(|v| v.is_finite())) {
-        (true, _, _) => Some(false),
-        (false, Some(target), Some(itl)) => Some(itl <= target),
-        (false, Some(_), None) => None,
-        (false, None, _) => Some(true),
     }
 }
 
