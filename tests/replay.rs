@@ -24,6 +24,7 @@ fn shipped(p: &Profile, cap: &Capacity, demand: &Demand, history: &[f64]) -> Shi
             workload: None,
             told: p,
             target: Signal::Concurrency,
+            per_replica: 32.0,
             max_replicas: 200,
             quantile: Some(0.9),
             learn_capacity: None,
@@ -260,6 +261,11 @@ fn simulate_command_writes_a_comparison_notebooks_can_read() {
         (vec!["simulate", "--synthetic", "--days", "2", "--warmup", "3d"], "warm-up"),
         (vec!["simulate", "--synthetic", "--model-profile", "gpt-9"], "gpt-9"),
         (vec!["simulate", "--trace", &requests], "--requests"),
+        (
+            vec!["simulate", "--synthetic", "--policy", "predictive", "--target-signal", "kv_cache_usage"],
+            "kv_cache_usage",
+        ),
+        (vec!["simulate", "--synthetic", "--target-signal", "nope"], "not a signal"),
         (vec!["simulate", "--synthetic", "--peak-rps", "NaN", "--trace", "x"], "cannot be used with"),
     ] {
         let (code, _, stderr) = common::run(&args);
@@ -303,6 +309,23 @@ fn simulate_runs_the_shipped_configs() {
         assert!(stdout.contains("capped at 12 replicas") || !config.ends_with("local/foresight.yaml"), "{stdout}");
         assert!(line.split_whitespace().count() > 5, "{line}");
     }
+    // Another target than the shipped one: its per-replica figure from the profile.
+    let (code, stdout, stderr) = common::run(&[
+        "simulate",
+        "--synthetic",
+        "--days",
+        "2",
+        "--warmup",
+        "1d",
+        "--duration",
+        "2h",
+        "--policy",
+        "predictive",
+        "--target-signal",
+        "request_rate",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.lines().any(|l| l.starts_with("predictive(p90")), "{stdout}");
     let (code, _, stderr) = common::run(&["simulate", "--synthetic", "--config", demo, "--workload", "nope"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("--workload nope: the config has llama-8b"), "{stderr}");

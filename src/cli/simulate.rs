@@ -451,6 +451,16 @@ fn build_policies(args: &SimulateArgs, i: &PolicyInputs<'_>) -> anyhow::Result<V
     };
     let target: Signal = serde_json::from_value(serde_json::Value::String(args.target_signal.clone()))
         .map_err(|_| anyhow::anyhow!("--target-signal {:?}: not a signal Foresight reads", args.target_signal))?;
+    // Without a config, the target's units one replica handles, from what it is told.
+    let per_replica = match target {
+        Signal::Concurrency | Signal::Running | Signal::QueueDepth => i.told_profile.concurrency_per_replica,
+        Signal::RequestRate => i.told.requests_per_sec,
+        Signal::GenerationTokensRate => i.told.slots / i.told.itl_secs,
+        Signal::PromptTokensRate => i.told.requests_per_sec * i.told.prompt_tokens,
+        other => bail!(
+            "--target-signal {other}: the simulator replays concurrency, running, queue_depth, request_rate and the token rates"
+        ),
+    };
     let lead = i.cap.cold_start_secs();
     let mut policies: Vec<Runnable> = Vec::new();
     for name in &args.policies {
@@ -487,6 +497,7 @@ fn build_policies(args: &SimulateArgs, i: &PolicyInputs<'_>) -> anyhow::Result<V
                             workload: args.workload.as_deref(),
                             told: i.told_profile,
                             target,
+                            per_replica,
                             max_replicas: i.max_replicas,
                             quantile: q,
                             learn_capacity: args.learn_capacity,

@@ -45,6 +45,7 @@ fn as_simulated(yaml: &str) -> Settings {
         workload: None,
         told: &told,
         target: crate::sources::Signal::Concurrency,
+        per_replica: told.concurrency_per_replica,
         max_replicas: 40,
         quantile: None,
         learn_capacity: None,

@@ -265,8 +265,10 @@ pub struct SettingsInput<'a> {
     /// The profile the workload is told: the config workload's or
     /// `--model-profile`, with `--node-boot` and `--profile-error` applied.
     pub told: &'a Profile,
-    /// Without a config: the workload's target signal.
+    /// Without a config: the workload's target signal, and the signal units
+    /// one replica handles (for `concurrency`, the told profile's).
     pub target: Signal,
+    pub per_replica: f64,
     pub max_replicas: u32,
     /// The sizing quantile, when set (else the config's `sizing.quantile`).
     pub quantile: Option<f64>,
@@ -292,8 +294,8 @@ pub fn settings(config: Option<Settings>, i: &SettingsInput<'_>) -> Result<Setti
         Some(s) => s,
         None => {
             let yaml = format!(
-                "workloads:\n  - name: sim\n    model: llama-3.1-8b-h100\n    min_replicas: 1\n    target: {{signal: {}}}\n    source: {{scrape: {{targets: ['http://127.0.0.1:9/metrics']}}}}\n",
-                i.target
+                "workloads:\n  - name: sim\n    model: llama-3.1-8b-h100\n    min_replicas: 1\n    target: {{signal: {}, per_replica: {}}}\n    source: {{scrape: {{targets: ['http://127.0.0.1:9/metrics']}}}}\n",
+                i.target, i.per_replica
             );
             Settings::from_yaml(&yaml, "simulate defaults", std::path::Path::new("."))
                 .map_err(|e| SimError::Input(e.to_string()))?
@@ -308,7 +310,7 @@ pub fn settings(config: Option<Settings>, i: &SettingsInput<'_>) -> Result<Setti
     };
     let mut w: Workload = w.as_ref().clone();
     // A per-replica target left to the profile follows the told one.
-    if !given || (w.target.per_replica - w.profile.concurrency_per_replica).abs() < 1e-9 {
+    if given && (w.target.per_replica - w.profile.concurrency_per_replica).abs() < 1e-9 {
         w.target.per_replica = i.told.concurrency_per_replica;
     }
     w.profile = i.told.clone();
