@@ -287,43 +287,22 @@ fn simulate_runs_the_shipped_configs() {
     let k8s = dir.path().join("foresight.yaml");
     std::fs::write(&k8s, config).unwrap();
     let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/local/foresight.yaml");
+    // Two hours after a day of the generator's demand.
+    let short = |more: &[&str]| {
+        let mut args = vec!["simulate", "--synthetic", "--days", "2", "--warmup", "1d", "--duration", "2h"];
+        args.extend_from_slice(more);
+        common::run(&args)
+    };
     for (config, workload) in [(demo, "llama-8b"), (k8s.to_str().unwrap(), "llama-8b")] {
-        let (code, stdout, stderr) = common::run(&[
-            "simulate",
-            "--synthetic",
-            "--days",
-            "2",
-            "--warmup",
-            "1d",
-            "--duration",
-            "2h",
-            "--config",
-            config,
-            "--workload",
-            workload,
-            "--policy",
-            "predictive,oracle",
-        ]);
+        let (code, stdout, stderr) =
+            short(&["--config", config, "--workload", workload, "--policy", "predictive,oracle"]);
         assert_eq!(code, 0, "{config}: {stderr}");
         let line = stdout.lines().find(|l| l.starts_with("predictive(p90")).unwrap_or_else(|| panic!("{stdout}"));
         assert!(stdout.contains("capped at 12 replicas") || !config.ends_with("local/foresight.yaml"), "{stdout}");
         assert!(line.split_whitespace().count() > 5, "{line}");
     }
     // Another target than the shipped one: its per-replica figure from the profile.
-    let (code, stdout, stderr) = common::run(&[
-        "simulate",
-        "--synthetic",
-        "--days",
-        "2",
-        "--warmup",
-        "1d",
-        "--duration",
-        "2h",
-        "--policy",
-        "predictive",
-        "--target-signal",
-        "request_rate",
-    ]);
+    let (code, stdout, stderr) = short(&["--policy", "predictive", "--target-signal", "request_rate"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.lines().any(|l| l.starts_with("predictive(p90")), "{stdout}");
     let (code, _, stderr) = common::run(&["simulate", "--synthetic", "--config", demo, "--workload", "nope"]);
